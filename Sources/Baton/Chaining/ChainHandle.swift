@@ -1,0 +1,260 @@
+import Dispatch
+import Foundation
+
+/// A chain of operations that is running on a queue: its operations, its cancellation, its waits
+/// and its outcome.
+///
+/// You get one from ``Foundation/OperationQueue/addChain(_:adapter:)`` or ``Chain/enqueue(on:)``.
+/// The outcome is the first failure anywhere in the chain, or else the last operation's outcome.
+///
+/// ```swift
+/// let handle = try queue.addChain([download, parse, save])
+/// let outcome = try handle.wait(timeout: 10)
+/// print(outcome)   // succeeded(...)
+/// ```
+///
+/// ## Linear on Linux
+/// Linux's `OperationQueue` walks every queued operation that is not ready on each add and finish,
+/// so a chain enqueued at once costs O(N²). A handle enqueues one stage (an operation and the
+/// adapter after it) at a time, when the stage before it is done, and drops each dependency edge
+/// once both ends have finished, so a chain of any length runs in linear time and is released
+/// without recursion. `dependencies` of chained operations are therefore empty after the chain.
+public final class ChainHandle<Output>: @unchecked Sendable {
+    /// Every operation of the chain, in order, including the adapters between them.
+    public let operations: [Operation]
+
+    private let queue: OperationQueue
+    private let extract: @Sendable (Operation?) -> Outcome<Output>
+    private let finished = DispatchGroup()
+    private let state: Mutex<State>
+
+    private struct State {
+        var requests = 0
+        var isDriving = false
+        var nextStage = 0
+        var firstFailure: (any Error)?
+        var outcome: Outcome<Output>?
+        var callbacks: [@Sendable (Outcome<Output>) -> Void] = []
+        var waiters: [CheckedContinuation<UncheckedSendable<Outcome<Output>>, Never>] = []
+    }
+
+    /// Builds the chain: adapters between neighbours, dependencies wired; nothing enqueued yet.
+    init(
+        operations userOperations: [Operation],
+        adapter: ChainAdapter,
+        queue: OperationQueue,
+        extract: @escaping @Sendable (Operation?) -> Outcome<Output>
+    ) {
+        self.queue = queue
+        self.extract = extract
+        self.state = Mutex(State())
+        self.finished.enter()
+
+        var stages = [Operation]()
+        stages.reserveCapacity(max(0, userOperations.count * 2 - 1))
+        let coordinator = Coordinator()
+        for (index, operation) in userOperations.enumerated() {
+            if index > 0 {
+                let upstream = userOperations[index - 1]
+                let link = AdapterOperation(upstream: upstream, downstream: operation, adapter: adapter, coordinator: coordinator)
+                link.addDependency(upstream)
+                operation.addDependency(link)
+                stages.append(link)
+            }
+            stages.append(operation)
+        }
+        self.operations = stages
+        coordinator.handle = self
+    }
+
+    /// The adapters' way back to the handle, which they must not keep alive forever.
+    private final class Coordinator: ChainCoordinator, @unchecked Sendable {
+        weak var handle: ChainHandle<Output>?
+        func recordFailure(_ error: any Error) { handle?.recordFailure(error) }
+    }
+
+    /// Starts the chain: the first stage is enqueued, the rest follow as their turn comes.
+    func launch() {
+        guard let last = operations.last else {
+            complete()
+            return
+        }
+        // The handle keeps itself alive until the last operation has finished.
+        if let baton = last as? AsyncOperation {
+            baton.whenFinished { self.complete() }
+        } else {
+            // Linux never clears a completion block: put the user's back once ours has run.
+            let previous = last.completionBlock
+            last.completionBlock = { [weak last] in
+                previous?()
+                self.complete()
+                last?.completionBlock = previous
+            }
+        }
+        for case let adapter as AdapterOperation in operations {
+            adapter.whenFinished { [weak self] in self?.requestNextStage() }
+        }
+        requestNextStage()
+    }
+
+    // MARK: - Public API
+
+    /// The chain's outcome, or `nil` while it runs.
+    public var outcome: Outcome<Output>? {
+        state.withLock { $0.outcome }
+    }
+
+    /// Whether every operation of the chain has finished.
+    public var isFinished: Bool {
+        outcome != nil
+    }
+
+    /// Cancels every operation of the chain that has not finished. Operations that have not started
+    /// finish cancelled without executing; executing ones are asked to stop.
+    public func cancel() {
+        for operation in operations where !(operation is AdapterOperation) && !operation.isFinished {
+            operation.cancel()
+        }
+    }
+
+    /// Blocks the calling thread until the chain finishes, or until `timeout` seconds have passed.
+    ///
+    /// For tests and scripts. Never call it on the queue that runs the chain when that queue runs one
+    /// operation at a time: the chain could not make progress.
+    ///
+    /// - Parameter timeout: The longest wait, in seconds.
+    /// - Returns: The chain's outcome.
+    /// - Throws: ``BatonError/timedOut(seconds:)`` when the chain is still running after `timeout`.
+    @available(*, noasync, message: "use value() or waitForOutcome() in async code")
+    @discardableResult
+    public func wait(timeout: Double) throws(BatonError) -> Outcome<Output> {
+        guard finished.wait(timeout: .now() + timeout) == .success, let outcome = self.outcome else {
+            throw .timedOut(seconds: timeout)
+        }
+        return outcome
+    }
+
+    /// Suspends until the chain finishes and returns its outcome. Cancelling the awaiting task
+    /// cancels the chain.
+    ///
+    /// - Returns: The chain's outcome.
+    public func waitForOutcome() async -> Outcome<Output> {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let ready: Outcome<Output>? = state.withLock { state in
+                    if let outcome = state.outcome { return outcome }
+                    state.waiters.append(continuation)
+                    return nil
+                }
+                if let ready { continuation.resume(returning: UncheckedSendable(value: ready)) }
+            }.value
+        } onCancel: {
+            self.cancel()
+        }
+    }
+
+    /// Suspends until the chain finishes and returns its final output.
+    ///
+    /// - Returns: The last operation's output.
+    /// - Throws: The chain's first error, or `CancellationError` when the chain was cancelled.
+    public func value() async throws -> Output {
+        try await waitForOutcome().get()
+    }
+
+    /// Adds a closure called once with the chain's outcome (at once if the chain has finished).
+    ///
+    /// - Parameter callback: The closure. It runs on the thread that finished the chain.
+    public func onFinish(_ callback: @escaping @Sendable (Outcome<Output>) -> Void) {
+        let ready: Outcome<Output>? = state.withLock { state in
+            if let outcome = state.outcome { return outcome }
+            state.callbacks.append(callback)
+            return nil
+        }
+        if let ready { callback(ready) }
+    }
+
+    // MARK: - Driving the stages
+
+    private func recordFailure(_ error: any Error) {
+        state.withLock { state in
+            if state.firstFailure == nil { state.firstFailure = error }
+        }
+    }
+
+    /// Enqueues the next stage. Re-entrant calls (a cancelled operation finishing inside `start()`)
+    /// only count a request; the one caller that drives loops, so nothing recurses.
+    private func requestNextStage() {
+        let drive = state.withLock { state -> Bool in
+            state.requests += 1
+            if state.isDriving { return false }
+            state.isDriving = true
+            return true
+        }
+        guard drive else { return }
+        while true {
+            let stage: Int? = state.withLock { state in
+                guard state.requests > 0 else {
+                    state.isDriving = false
+                    return nil
+                }
+                state.requests -= 1
+                defer { state.nextStage += 1 }
+                return state.nextStage
+            }
+            guard let stage else { return }
+            enqueue(stage: stage)
+        }
+    }
+
+    /// Stage `k` is the `k`-th user operation (at `2k`) and the adapter after it (at `2k + 1`).
+    private func enqueue(stage: Int) {
+        let first = 2 * stage
+        guard first < operations.count else { return }
+        if stage > 0 {
+            // Both ends of these edges have finished: drop them so that releasing a long chain
+            // cannot recurse through `dependencies`.
+            operations[first - 1].removeDependency(operations[first - 2])
+            if first >= 3 { operations[first - 2].removeDependency(operations[first - 3]) }
+        }
+        var batch = [Operation]()
+        batch.reserveCapacity(2)
+        for operation in operations[first..<min(first + 2, operations.count)] {
+            if operation.isCancelled && !(operation is AdapterOperation) {
+                // Never add a cancelled operation to a queue (it deadlocks behind a barrier);
+                // starting it here finishes it at once, with its dependency already finished.
+                operation.start()
+            } else {
+                batch.append(operation)
+            }
+        }
+        if !batch.isEmpty { queue.addOperations(batch, waitUntilFinished: false) }
+    }
+
+    private func complete() {
+        let count = operations.count
+        if count >= 3 { operations[count - 1].removeDependency(operations[count - 2]) }
+        let lastOutcome = extract(operations.last)
+        let finishing = state.withLock { state -> Finishing? in
+            guard state.outcome == nil else { return nil }
+            let outcome = state.firstFailure.map { Outcome<Output>.failed($0) } ?? lastOutcome
+            state.outcome = outcome
+            defer {
+                state.callbacks = []
+                state.waiters = []
+            }
+            return Finishing(outcome: outcome, callbacks: state.callbacks, waiters: state.waiters)
+        }
+        guard let finishing else { return }
+        ChainValidation.release(operations)
+        // Callbacks first: whoever waits sees them done.
+        for callback in finishing.callbacks { callback(finishing.outcome) }
+        finished.leave()
+        for waiter in finishing.waiters { waiter.resume(returning: UncheckedSendable(value: finishing.outcome)) }
+    }
+
+    private struct Finishing {
+        let outcome: Outcome<Output>
+        let callbacks: [@Sendable (Outcome<Output>) -> Void]
+        let waiters: [CheckedContinuation<UncheckedSendable<Outcome<Output>>, Never>]
+    }
+}

@@ -1,0 +1,51 @@
+import Foundation
+
+extension OperationQueue {
+    /// Runs operations one after another: inserts an adapter between each neighbouring pair, wires
+    /// the dependencies, enqueues, and returns a handle on the running chain.
+    ///
+    /// The default adapter forwards cancellation (the next operation is cancelled, never executed),
+    /// failure (the next operation fails with the same error, never executed, unless its policy is
+    /// ``DependencyPolicy/runRegardless``) and output (into the next ``TransformOperation/input``).
+    /// Plain Foundation operations take part through dependencies and cancellation.
+    ///
+    /// ```swift
+    /// let queue = OperationQueue()
+    /// let handle = try queue.addChain([FetchRecipe(id: 7), ParseRecipe(), SaveRecipe()])
+    /// let outcome = try handle.wait(timeout: 10)
+    /// ```
+    ///
+    /// A one-element array is enqueued as it is; an empty one gives a handle that has already
+    /// succeeded. Stages are enqueued one at a time as the chain advances, so the chain stays linear
+    /// in its length on Linux.
+    ///
+    /// - Parameters:
+    ///   - operations: The operations, in the order they run.
+    ///   - adapter: What runs between neighbours; ``ChainAdapter/default`` unless you need your own.
+    /// - Returns: The running chain. Its output is the last operation's output (`()` for an operation
+    ///   without one).
+    /// - Throws: ``BatonError`` and enqueues nothing when an operation appears twice, already belongs
+    ///   to a chain, is executing or finished, or when its existing dependencies would close a cycle.
+    @discardableResult
+    public func addChain(_ operations: [Operation], adapter: ChainAdapter = .default) throws(BatonError) -> ChainHandle<Any> {
+        try enqueueChain(operations, adapter: adapter) { last in
+            guard let last else { return .succeeded(()) }
+            if let baton = last as? AsyncOperation {
+                return (baton.storedOutcome ?? .cancelled).map { $0 ?? () }
+            }
+            return last.isCancelled ? .cancelled : .succeeded(())
+        }
+    }
+
+    /// Validates, builds and launches a chain whose outcome `extract` reads from its last operation.
+    func enqueueChain<Output>(
+        _ operations: [Operation],
+        adapter: ChainAdapter,
+        extract: @escaping @Sendable (Operation?) -> Outcome<Output>
+    ) throws(BatonError) -> ChainHandle<Output> {
+        try ChainValidation.validateAndClaim(operations)
+        let handle = ChainHandle(operations: operations, adapter: adapter, queue: self, extract: extract)
+        handle.launch()
+        return handle
+    }
+}

@@ -1,0 +1,92 @@
+#if canImport(Darwin)
+import Darwin
+#elseif canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// The package's one lock: a value of `State` that is only reachable inside `withLock`.
+///
+/// The standard library's `Synchronization.Mutex` needs macOS 15 / iOS 18, so Baton ships this small
+/// one. The lock and the state share a single heap allocation (a `ManagedBuffer`): the header is the
+/// state, the one element is the platform lock (`os_unfair_lock` on Apple platforms, a
+/// `pthread_mutex_t` elsewhere).
+///
+/// Rules that keep it deadlock-free: never call out of Baton (callbacks, KVO notifications, other
+/// operations' methods) inside `withLock`; decide under the lock, act after it.
+struct Mutex<State>: @unchecked Sendable {
+    private let storage: Storage
+
+    init(_ initialState: State) {
+        storage = Storage.make(initialState)
+    }
+
+    /// Runs `body` with exclusive access to the state.
+    @inline(__always)
+    func withLock<Result>(_ body: (inout State) throws -> Result) rethrows -> Result {
+        try storage.withUnsafeMutablePointers { state, lock in
+            Self.lock(lock)
+            defer { Self.unlock(lock) }
+            return try body(&state.pointee)
+        }
+    }
+
+    #if canImport(Darwin)
+    typealias PlatformLock = os_unfair_lock
+
+    @inline(__always) private static func initialize(_ lock: UnsafeMutablePointer<PlatformLock>) {
+        lock.initialize(to: os_unfair_lock())
+    }
+
+    @inline(__always) private static func destroy(_ lock: UnsafeMutablePointer<PlatformLock>) {}
+
+    @inline(__always) private static func lock(_ lock: UnsafeMutablePointer<PlatformLock>) {
+        os_unfair_lock_lock(lock)
+    }
+
+    @inline(__always) private static func unlock(_ lock: UnsafeMutablePointer<PlatformLock>) {
+        os_unfair_lock_unlock(lock)
+    }
+    #else
+    typealias PlatformLock = pthread_mutex_t
+
+    @inline(__always) private static func initialize(_ lock: UnsafeMutablePointer<PlatformLock>) {
+        let result = pthread_mutex_init(lock, nil)
+        precondition(result == 0, "pthread_mutex_init failed: \(result)")
+    }
+
+    @inline(__always) private static func destroy(_ lock: UnsafeMutablePointer<PlatformLock>) {
+        pthread_mutex_destroy(lock)
+    }
+
+    @inline(__always) private static func lock(_ lock: UnsafeMutablePointer<PlatformLock>) {
+        pthread_mutex_lock(lock)
+    }
+
+    @inline(__always) private static func unlock(_ lock: UnsafeMutablePointer<PlatformLock>) {
+        pthread_mutex_unlock(lock)
+    }
+    #endif
+
+    private final class Storage: ManagedBuffer<State, PlatformLock> {
+        static func make(_ initialState: State) -> Storage {
+            let buffer = Storage.create(minimumCapacity: 1) { _ in initialState }
+            let storage = unsafeDowncast(buffer, to: Storage.self)
+            storage.withUnsafeMutablePointerToElements { Mutex.initialize($0) }
+            return storage
+        }
+
+        deinit {
+            withUnsafeMutablePointerToElements { Mutex.destroy($0) }
+        }
+    }
+}
+
+/// Carries a value across a concurrency boundary that the compiler cannot see is safe.
+///
+/// Used only where Baton hands a value it produced under its lock to exactly one receiver
+/// (an awaiting task), never for shared mutable state.
+struct UncheckedSendable<Value>: @unchecked Sendable {
+    let value: Value
+}

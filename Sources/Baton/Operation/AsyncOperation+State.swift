@@ -1,0 +1,185 @@
+import Foundation
+
+extension AsyncOperation {
+    /// Where an operation is in its life: pending → executing → finished, or pending → finished.
+    enum Phase: Sendable {
+        case pending
+        case executing
+        case finished
+    }
+
+    /// One KVO notification, as recorded by the test seam.
+    enum Notification: Sendable, Hashable {
+        case willChange(String)
+        case didChange(String)
+    }
+
+    /// Every mutable property of an operation, kept behind its one lock.
+    struct State {
+        var phase: Phase = .pending
+        var isCancelled = false
+        /// The outcome, decided while still executing (callbacks run), then kept once finished.
+        var outcome: Outcome<Any?>?
+        /// A `finish` that arrived before `start()`; applied when the operation starts.
+        var earlyOutcome: Outcome<Any?>?
+        var policy: DependencyPolicy = .skipOnFailureOrCancellation
+        var upstreamError: (any Error)?
+        var input: Any?
+        weak var delegate: (any AsyncOperationDelegate)?
+        var startObservers: [@Sendable () -> Void] = []
+        var outcomeObservers: [@Sendable (Outcome<Any?>) -> Void] = []
+        /// Internal hooks that run after `isFinished` has been announced.
+        var finishedHooks: [@Sendable () -> Void] = []
+        var notificationTap: (@Sendable (Notification) -> Void)?
+
+        /// Decides the outcome and collects what must be told about it, outside the lock.
+        mutating func beginFinishing(_ outcome: Outcome<Any?>, wasExecuting: Bool) -> FinishEffects {
+            self.outcome = outcome
+            if case .cancelled = outcome { isCancelled = true }
+            let effects = FinishEffects(
+                outcome: outcome,
+                wasExecuting: wasExecuting,
+                delegate: delegate,
+                observers: outcomeObservers
+            )
+            outcomeObservers = []
+            startObservers = []
+            return effects
+        }
+
+        /// Marks the operation finished and hands back what runs after the announcement.
+        mutating func commitFinished() -> (hooks: [@Sendable () -> Void], tap: (@Sendable (Notification) -> Void)?) {
+            phase = .finished
+            delegate = nil
+            let hooks = finishedHooks
+            finishedHooks = []
+            return (hooks, notificationTap)
+        }
+    }
+
+    /// What a decided finish must do once the lock is released.
+    struct FinishEffects {
+        let outcome: Outcome<Any?>
+        let wasExecuting: Bool
+        let delegate: (any AsyncOperationDelegate)?
+        let observers: [@Sendable (Outcome<Any?>) -> Void]
+    }
+
+    /// What a decided start must do once the lock is released.
+    struct StartEffects {
+        let delegate: (any AsyncOperationDelegate)?
+        let observers: [@Sendable () -> Void]
+        let tap: (@Sendable (Notification) -> Void)?
+    }
+
+    // MARK: - Transitions (all callbacks and notifications outside the lock)
+
+    /// Runs the callbacks of a decided outcome, then stores `finished` and announces it.
+    func performFinish(_ effects: FinishEffects) {
+        withExtendedLifetime(self) {
+            if let delegate = effects.delegate {
+                switch effects.outcome {
+                case .succeeded(let output): delegate.operation(self, didSucceedWith: output)
+                case .failed(let error): delegate.operation(self, didFailWith: error)
+                case .cancelled: delegate.operationDidCancel(self)
+                }
+            }
+            for observer in effects.observers { observer(effects.outcome) }
+
+            let (hooks, tap) = core.withLock { $0.commitFinished() }
+            if effects.wasExecuting { announce(.willChange(Self.isExecutingKey), tap) }
+            announce(.willChange(Self.isFinishedKey), tap)
+            if effects.wasExecuting { announce(.didChange(Self.isExecutingKey), tap) }
+            announce(.didChange(Self.isFinishedKey), tap)
+            for hook in hooks { hook() }
+        }
+    }
+
+    /// Sends one KVO notification (and records it when a test installed a tap).
+    func announce(_ notification: Notification, _ tap: (@Sendable (Notification) -> Void)?) {
+        tap?(notification)
+        switch notification {
+        case .willChange(let key): willChangeValue(forKey: key)
+        case .didChange(let key): didChangeValue(forKey: key)
+        }
+    }
+
+    static let isExecutingKey = "isExecuting"
+    static let isFinishedKey = "isFinished"
+
+    /// Requests an outcome from `finish`: before start it is remembered, while executing it ends the
+    /// operation (cancellation wins), afterwards it is reported and ignored.
+    func requestFinish(_ requested: Outcome<Any?>, carriesResult: Bool) {
+        enum Action {
+            case remembered
+            case report(Diagnostic.Kind)
+            case finish(FinishEffects, droppedResult: Bool)
+        }
+        let action: Action = core.withLock { state in
+            switch state.phase {
+            case .pending:
+                if state.isCancelled { return .report(.finishedAfterCancellation) }
+                if state.earlyOutcome != nil { return .report(.finishedTwice) }
+                state.earlyOutcome = requested
+                return .remembered
+            case .executing:
+                if state.outcome != nil { return .report(.finishedTwice) }
+                let cancelled = state.isCancelled
+                let effects = state.beginFinishing(cancelled ? .cancelled : requested, wasExecuting: true)
+                return .finish(effects, droppedResult: cancelled && carriesResult)
+            case .finished:
+                return .report(.finishedTwice)
+            }
+        }
+        switch action {
+        case .remembered:
+            break
+        case .report(let kind):
+            Diagnostics.report(kind, self)
+        case .finish(let effects, let droppedResult):
+            if droppedResult { Diagnostics.report(.resultAfterCancellation, self) }
+            performFinish(effects)
+        }
+    }
+
+    /// What `start()` finds when it checks the dependencies, computed outside the lock.
+    func dependencyVerdict(_ policy: DependencyPolicy) -> Outcome<Any?>? {
+        guard policy != .runRegardless else { return nil }
+        var sawCancellation = false
+        for dependency in dependencies {
+            if let baton = dependency as? AsyncOperation {
+                switch baton.core.withLock({ $0.outcome }) {
+                case .failed(let error)? where policy == .skipOnFailureOrCancellation:
+                    return .failed(BatonError.dependencyFailed(dependency: baton.batonName, underlying: error))
+                case .cancelled?:
+                    sawCancellation = true
+                default:
+                    break
+                }
+            } else if dependency.isCancelled {
+                sawCancellation = true
+            }
+        }
+        return sawCancellation ? .cancelled : nil
+    }
+
+    /// Registers an internal hook that runs once `isFinished` has been announced (at once if it has).
+    func whenFinished(_ hook: @escaping @Sendable () -> Void) {
+        let runNow = core.withLock { state -> Bool in
+            if state.phase == .finished { return true }
+            state.finishedHooks.append(hook)
+            return false
+        }
+        if runNow { hook() }
+    }
+
+    /// The outcome including the output as stored (`nil` output for operations without one).
+    var storedOutcome: Outcome<Any?>? {
+        core.withLock { $0.phase == .finished ? $0.outcome : nil }
+    }
+
+    /// Test seam: records every KVO notification the operation sends from now on.
+    func installNotificationTap(_ tap: @escaping @Sendable (Notification) -> Void) {
+        core.withLock { $0.notificationTap = tap }
+    }
+}

@@ -1,0 +1,277 @@
+import Dispatch
+import Foundation
+
+/// An asynchronous `Operation` you subclass by overriding one method, ``execute()``, and finishing
+/// later from any thread.
+///
+/// Baton owns `start()`: it finishes the operation without executing it when the operation was
+/// cancelled, when `finish` was called before start, or when the ``dependencyPolicy`` says a
+/// dependency's outcome rules it out; otherwise it makes the operation executing and calls
+/// ``execute()``. Every operation ends in exactly one ``Outcome``.
+///
+/// ```swift
+/// final class Pause: AsyncOperation, @unchecked Sendable {
+///     let seconds: Double
+///     init(seconds: Double) { self.seconds = seconds }
+///
+///     override func execute() {
+///         DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { self.finish() }
+///     }
+/// }
+///
+/// let queue = OperationQueue()
+/// let pause = Pause(seconds: 0.1)
+/// queue.addOperation(pause)
+/// pause.waitUntilFinished()
+/// print(pause.outcome!)   // succeeded(())
+/// ```
+///
+/// ## Thread safety
+/// Operations are `@unchecked Sendable`, and that is true: every mutable property lives in one
+/// struct behind one lock, and callbacks and KVO notifications are sent after the lock is released.
+/// Subclasses that add mutable state must protect it themselves.
+///
+/// ## Cancellation
+/// `cancel()` never finishes an operation that has not started: `start()` does that, so Linux's
+/// `OperationQueue` is never told about a finish it did not start. While executing, cancellation is
+/// cooperative: ``didCancel()`` tells the subclass, which then calls `finish()`; the outcome is
+/// ``Outcome/cancelled`` whatever `finish` carries.
+open class AsyncOperation: Operation, @unchecked Sendable {
+    let core = Mutex(State())
+
+    /// Creates a pending operation.
+    public override init() {
+        super.init()
+    }
+
+    // MARK: - Subclassing
+
+    /// Does the operation's work. Override it, and call `finish` (now or later, from any thread).
+    ///
+    /// Called once, on the thread that started the operation, after it became executing. Do not call
+    /// `super`: the base implementation reports a diagnostic and fails with
+    /// ``BatonError/executeNotOverridden(operation:)``.
+    open func execute() {
+        Diagnostics.report(.executeNotOverridden, self)
+        finish(throwing: BatonError.executeNotOverridden(operation: batonName))
+    }
+
+    /// Tells the subclass that the operation was cancelled while executing.
+    ///
+    /// Called once, outside Baton's lock, on the thread that called `cancel()`. Stop the work and call
+    /// `finish()`; the operation then finishes ``Outcome/cancelled``. The default does nothing.
+    open func didCancel() {}
+
+    // MARK: - Finishing
+
+    /// Finishes the operation successfully (or cancelled, if it was cancelled).
+    ///
+    /// Safe from any thread. Called before the operation started, the request is remembered and the
+    /// operation finishes without executing when it starts. Called again, it is ignored and reported
+    /// to ``Diagnostics``. A ``ResultOperation`` whose `Output` is not `Void` fails with
+    /// ``BatonError/missingOutput(operation:)`` instead: use `finish(with:)`.
+    public final func finish() {
+        requestFinish(plainFinishOutcome(), carriesResult: false)
+    }
+
+    /// Finishes the operation with an error (or cancelled, if it was cancelled).
+    ///
+    /// - Parameter error: The error the operation failed with.
+    public final func finish(throwing error: any Error) {
+        requestFinish(.failed(error), carriesResult: true)
+    }
+
+    /// The outcome of `finish()` without an output; a typed operation overrides it.
+    func plainFinishOutcome() -> Outcome<Any?> {
+        .succeeded(nil)
+    }
+
+    /// An error that fails the operation at start, read under the lock (input checks).
+    func preflightFailure(_ state: State) -> (any Error)? {
+        nil
+    }
+
+    /// An operation that a `cancel()` of this one is passed to instead (chain adapters).
+    var cancellationTarget: Operation? {
+        nil
+    }
+
+    // MARK: - Operation
+
+    /// Starts the operation. Baton's, not the subclass's: override ``execute()`` instead.
+    ///
+    /// Finishes at once, without executing, when the operation was cancelled, when `finish` was called
+    /// before start, or when the ``dependencyPolicy`` rules it out. Started twice, it reports a
+    /// diagnostic and does nothing; started before its dependencies finished, it reports a diagnostic
+    /// and runs.
+    public final override func start() {
+        let policy = core.withLock { $0.policy }
+        let verdict = dependencyVerdict(policy)
+        let ready = isReady
+
+        enum Decision {
+            case ignore
+            case skip(FinishEffects)
+            case execute(StartEffects, notReady: Bool)
+        }
+        let decision: Decision = core.withLock { state in
+            guard state.phase == .pending else { return .ignore }
+            if state.isCancelled {
+                return .skip(state.beginFinishing(.cancelled, wasExecuting: false))
+            }
+            if let early = state.earlyOutcome {
+                return .skip(state.beginFinishing(early, wasExecuting: false))
+            }
+            if let verdict {
+                return .skip(state.beginFinishing(verdict, wasExecuting: false))
+            }
+            if let failure = preflightFailure(state) {
+                return .skip(state.beginFinishing(.failed(failure), wasExecuting: false))
+            }
+            state.phase = .executing
+            let effects = StartEffects(delegate: state.delegate, observers: state.startObservers, tap: state.notificationTap)
+            state.startObservers = []
+            return .execute(effects, notReady: !ready)
+        }
+
+        switch decision {
+        case .ignore:
+            Diagnostics.report(.startedTwice, self)
+        case .skip(let effects):
+            performFinish(effects)
+        case .execute(let effects, let notReady):
+            if notReady { Diagnostics.report(.startedWhileNotReady, self) }
+            announce(.willChange(Self.isExecutingKey), effects.tap)
+            announce(.didChange(Self.isExecutingKey), effects.tap)
+            effects.delegate?.operationDidStart(self)
+            for observer in effects.observers { observer() }
+            execute()
+        }
+    }
+
+    /// Baton operations do their work in ``execute()``; `main()` is not used.
+    public final override func main() {}
+
+    /// Cancels the operation.
+    ///
+    /// Pending, it finishes cancelled when started (never before: Linux's `OperationQueue` crashes on
+    /// an operation that finishes before the queue started it). Executing, it calls ``didCancel()``
+    /// and waits for the subclass to finish. Finished, or with its outcome already decided, it does
+    /// nothing.
+    public final override func cancel() {
+        if let target = cancellationTarget {
+            target.cancel()
+            return
+        }
+        let wasExecuting: Bool? = core.withLock { state in
+            guard state.outcome == nil, state.phase != .finished, !state.isCancelled else { return nil }
+            state.isCancelled = true
+            return state.phase == .executing
+        }
+        guard let wasExecuting else { return }
+        super.cancel()
+        if wasExecuting { didCancel() }
+    }
+
+    /// Whether the operation was cancelled (or skipped because a dependency was cancelled).
+    public final override var isCancelled: Bool {
+        core.withLock { $0.isCancelled }
+    }
+
+    /// Whether the operation is executing: started and not yet finished.
+    public final override var isExecuting: Bool {
+        core.withLock { $0.phase == .executing }
+    }
+
+    /// Whether the operation has finished, with its outcome decided.
+    public final override var isFinished: Bool {
+        core.withLock { $0.phase == .finished }
+    }
+
+    /// Always `true`: Baton operations finish when `finish` is called, not when `execute()` returns.
+    public final override var isAsynchronous: Bool {
+        true
+    }
+
+    // MARK: - Outcome
+
+    /// How the operation ended, or `nil` until it has finished.
+    public final var outcome: Outcome<Void>? {
+        storedOutcome?.map { _ in () }
+    }
+
+    /// What `start()` does when a dependency did not succeed. Default:
+    /// ``DependencyPolicy/skipOnFailureOrCancellation``. Set it before the operation starts.
+    public final var dependencyPolicy: DependencyPolicy {
+        get { core.withLock { $0.policy } }
+        set { core.withLock { $0.policy = newValue } }
+    }
+
+    /// The error of the operation before this one in a chain, when this one runs regardless of it.
+    ///
+    /// A chain adapter sets it when the upstream operation failed and this operation's policy is
+    /// ``DependencyPolicy/runRegardless``; otherwise this operation fails with that error unexecuted.
+    public final var upstreamError: (any Error)? {
+        core.withLock { $0.upstreamError }
+    }
+
+    func setUpstreamError(_ error: any Error) {
+        core.withLock { $0.upstreamError = error }
+    }
+
+    // MARK: - Observers
+
+    /// The delegate told about start, success, failure and cancellation; held weakly.
+    public final var delegate: (any AsyncOperationDelegate)? {
+        get { core.withLock { $0.delegate } }
+        set { core.withLock { $0.delegate = newValue } }
+    }
+
+    /// Adds a closure called when the operation starts executing, just before ``execute()``.
+    ///
+    /// Closures are released when the operation finishes. A closure added after start is never called.
+    ///
+    /// - Parameter observer: The closure; it must not capture the operation strongly if the operation
+    ///   is meant to be freed before it starts.
+    public final func onStart(_ observer: @escaping @Sendable () -> Void) {
+        core.withLock { state in
+            if state.phase == .pending { state.startObservers.append(observer) }
+        }
+    }
+
+    /// Adds a closure called with the outcome, **before** the operation becomes finished.
+    ///
+    /// Added after the outcome was decided, it is called at once. Closures are released when the
+    /// operation finishes, so capturing the operation does not leak it.
+    ///
+    /// - Parameter observer: The closure, given the outcome.
+    public final func onOutcome(_ observer: @escaping @Sendable (Outcome<Void>) -> Void) {
+        addOutcomeObserver { observer($0.map { _ in () }) }
+    }
+
+    func addOutcomeObserver(_ observer: @escaping @Sendable (Outcome<Any?>) -> Void) {
+        let decided: Outcome<Any?>? = core.withLock { state in
+            if let outcome = state.outcome { return outcome }
+            state.outcomeObservers.append(observer)
+            return nil
+        }
+        if let decided { observer(decided) }
+    }
+
+    // MARK: - Reruns
+
+    /// Calls ``execute()`` again, asynchronously, if the operation is still executing and undecided.
+    /// A cancelled operation finishes cancelled instead.
+    func reexecute() {
+        enum Action { case none, finishCancelled, rerun }
+        let action: Action = core.withLock { state in
+            guard state.phase == .executing, state.outcome == nil else { return .none }
+            return state.isCancelled ? .finishCancelled : .rerun
+        }
+        switch action {
+        case .none: break
+        case .finishCancelled: finish()
+        case .rerun: DispatchQueue.global().async { self.execute() }
+        }
+    }
+}

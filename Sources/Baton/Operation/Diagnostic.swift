@@ -1,0 +1,103 @@
+import Foundation
+
+/// A report of misuse that Baton survived: the call was ignored and the program goes on.
+///
+/// Baton never crashes a release build over a life-cycle mistake. It ignores the offending call and
+/// reports it to ``Diagnostics/handler``, which prints one line in debug builds by default.
+public struct Diagnostic: Sendable, CustomStringConvertible {
+    /// What went wrong.
+    public enum Kind: Sendable, Hashable {
+        /// `finish` was called on an operation that had already finished or decided its outcome.
+        case finishedTwice
+        /// A result or error arrived after the operation was cancelled; it was dropped.
+        case resultAfterCancellation
+        /// `finish` was called on a pending operation that was already cancelled.
+        case finishedAfterCancellation
+        /// `start()` was called on an operation that had already started.
+        case startedTwice
+        /// `start()` was called while a dependency was unfinished; the operation ran anyway.
+        case startedWhileNotReady
+        /// An input was set after the operation started; it was ignored.
+        case inputAfterStart
+        /// `execute()` was not overridden.
+        case executeNotOverridden
+    }
+
+    /// What went wrong.
+    public let kind: Kind
+    /// The operation's name, or its type when it has none.
+    public let operationName: String
+    /// The identity of the operation, to tell reports of one operation from another's.
+    public let operationID: ObjectIdentifier
+
+    /// Creates a report.
+    ///
+    /// - Parameters:
+    ///   - kind: What went wrong.
+    ///   - operation: The operation it happened to.
+    public init(kind: Kind, operation: Operation) {
+        self.kind = kind
+        self.operationName = operation.batonName
+        self.operationID = ObjectIdentifier(operation)
+    }
+
+    /// A one-line text such as `Baton: FetchRecipe: finish called twice; ignored`.
+    public var description: String {
+        let what: String
+        switch kind {
+        case .finishedTwice: what = "finish called after the outcome was decided; ignored"
+        case .resultAfterCancellation: what = "result delivered after cancellation; dropped"
+        case .finishedAfterCancellation: what = "finish called on a cancelled pending operation; ignored"
+        case .startedTwice: what = "start() called twice; ignored"
+        case .startedWhileNotReady: what = "start() called before its dependencies finished; running anyway"
+        case .inputAfterStart: what = "input set after start; ignored"
+        case .executeNotOverridden: what = "execute() not overridden; failing"
+        }
+        return "Baton: \(operationName): \(what)"
+    }
+}
+
+/// Where Baton sends ``Diagnostic`` reports.
+///
+/// Replace the handler to route reports into your logging, or to collect them in tests:
+///
+/// ```swift
+/// Diagnostics.handler = { diagnostic in logger.warning("\(diagnostic)") }
+/// ```
+public enum Diagnostics {
+    /// The handler is kept inside a struct, and the struct (never the bare function) is what passes
+    /// through the generic `withLock`: a function passed through a generic is re-wrapped in a
+    /// conversion thunk, and a handler read and stored back would pile the layers up until calling it
+    /// overflowed the stack.
+    private struct Handler {
+        let body: @Sendable (Diagnostic) -> Void
+    }
+
+    private static let storage = Mutex(Handler(body: Diagnostics.defaultHandler))
+
+    /// The function that receives every report. The default prints one line in debug builds and does
+    /// nothing in release builds.
+    public static var handler: @Sendable (Diagnostic) -> Void {
+        get { storage.withLock { $0 }.body }
+        set { storage.withLock { $0 = Handler(body: newValue) } }
+    }
+
+    /// The default handler: one line on standard error in debug builds, silence in release builds.
+    public static let defaultHandler: @Sendable (Diagnostic) -> Void = { diagnostic in
+        #if DEBUG
+        FileHandle.standardError.write(Data("\(diagnostic)\n".utf8))
+        #endif
+    }
+
+    static func report(_ kind: Diagnostic.Kind, _ operation: Operation) {
+        let diagnostic = Diagnostic(kind: kind, operation: operation)
+        handler(diagnostic)
+    }
+}
+
+extension Operation {
+    /// The name Baton uses in errors and diagnostics: `name`, or the type's name.
+    var batonName: String {
+        name ?? String(describing: type(of: self))
+    }
+}

@@ -1,0 +1,72 @@
+/// An asynchronous operation that takes an `Input` and produces an `Output`.
+///
+/// Set ``input`` before the operation starts, or let a chain's adapter inject the previous
+/// operation's output. Started without an input, the operation fails with
+/// ``BatonError/missingInput(operation:)`` without executing (unless it runs regardless of an
+/// upstream failure, see ``AsyncOperation/upstreamError``).
+///
+/// ```swift
+/// final class Shout: TransformOperation<String, String>, @unchecked Sendable {
+///     override func execute() { finish(with: input!.uppercased()) }
+/// }
+///
+/// let shout = Shout()
+/// shout.input = "hello"
+/// OperationQueue().addOperation(shout)
+/// shout.waitUntilFinished()
+/// print(shout.output!)   // HELLO
+/// ```
+open class TransformOperation<Input, Output>: ResultOperation<Output>, @unchecked Sendable {
+    /// Creates a pending operation whose input is set later.
+    public override init() {
+        super.init()
+    }
+
+    /// Creates a pending operation with its input.
+    ///
+    /// - Parameter input: The input.
+    public init(input: Input) {
+        super.init()
+        core.withLock { $0.input = input }
+    }
+
+    /// The input. Set it before the operation starts; a value set later is ignored and reported.
+    public final var input: Input? {
+        get { core.withLock { $0.input as? Input } }
+        set {
+            let accepted = core.withLock { state -> Bool in
+                guard state.phase == .pending else { return false }
+                state.input = newValue
+                return true
+            }
+            if !accepted { Diagnostics.report(.inputAfterStart, self) }
+        }
+    }
+
+    override func preflightFailure(_ state: State) -> (any Error)? {
+        if state.input == nil && state.upstreamError == nil {
+            return BatonError.missingInput(operation: batonName)
+        }
+        return nil
+    }
+}
+
+/// An operation that can take the output of the operation before it in a chain.
+protocol InputAccepting: AnyObject {
+    /// Stores `value` as the input, or returns the error that says why it does not fit.
+    func acceptInput(_ value: Any) -> BatonError?
+}
+
+extension TransformOperation: InputAccepting {
+    func acceptInput(_ value: Any) -> BatonError? {
+        guard let typed = value as? Input else {
+            return .inputTypeMismatch(
+                operation: batonName,
+                expected: String(describing: Input.self),
+                actual: String(describing: type(of: value))
+            )
+        }
+        input = typed
+        return nil
+    }
+}

@@ -1,0 +1,254 @@
+import Baton
+import Dispatch
+import Foundation
+
+// baton-bench: Baton against its Foundation baselines, in one run, medians over repetitions.
+//
+//   swift run -c release baton-bench [--n 1000,10000,100000] [--reps 3] [--csv] [--only NAME]
+//                                    [--raw-limit 10000] [--million]
+//
+// Every workload builds its operations, runs them on a fresh OperationQueue and waits (bounded)
+// for the last one. Times exclude nothing but process start.
+
+struct Options {
+    var sizes = [1_000, 10_000, 100_000]
+    var repetitions = 3
+    var csv = false
+    var only: String?
+    var rawLimit = 10_000
+    var million = false
+
+    init(_ arguments: [String]) {
+        var iterator = arguments.dropFirst().makeIterator()
+        while let argument = iterator.next() {
+            switch argument {
+            case "--n": sizes = (iterator.next() ?? "").split(separator: ",").compactMap { Int($0) }
+            case "--reps": repetitions = max(1, Int(iterator.next() ?? "") ?? 3)
+            case "--csv": csv = true
+            case "--only": only = iterator.next()
+            case "--raw-limit": rawLimit = Int(iterator.next() ?? "") ?? rawLimit
+            case "--million": million = true
+            case "--help", "-h":
+                print("usage: baton-bench [--n 1000,10000,100000] [--reps 3] [--csv] [--only WORKLOAD] [--raw-limit N] [--million]")
+                exit(0)
+            default:
+                FileHandle.standardError.write(Data("unknown argument \(argument)\n".utf8))
+                exit(2)
+            }
+        }
+    }
+}
+
+/// Peak resident memory of this process since the last reset, in MiB (Linux: VmHWM).
+enum PeakMemory {
+    static func mebibytes() -> Double {
+        #if os(Linux)
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return .nan }
+        for line in status.split(separator: "\n") where line.hasPrefix("VmHWM:") {
+            let kibibytes = line.split(separator: " ").compactMap { Double($0) }.first ?? .nan
+            return kibibytes / 1024
+        }
+        #endif
+        return .nan
+    }
+}
+
+func seconds(_ body: () throws -> Void) rethrows -> Double {
+    let start = DispatchTime.now().uptimeNanoseconds
+    try body()
+    return Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
+}
+
+func median(_ values: [Double]) -> Double {
+    let sorted = values.sorted()
+    return sorted.isEmpty ? .nan : sorted[sorted.count / 2]
+}
+
+struct BenchmarkFailure: Error, CustomStringConvertible {
+    let description: String
+}
+
+// MARK: - Workloads
+
+/// One timed run of a workload at size `n`.
+typealias Workload = (_ n: Int) throws -> Void
+
+func waitAll(_ queue: OperationQueue, _ what: String) throws {
+    let done = DispatchSemaphore(value: 0)
+    queue.addBarrierBlock { done.signal() }
+    guard done.wait(timeout: .now() + 600) == .success else { throw BenchmarkFailure(description: "\(what) timed out") }
+}
+
+let independentBlockOperations: Workload = { n in
+    let queue = OperationQueue()
+    queue.addOperations((0..<n).map { _ in BlockOperation {} }, waitUntilFinished: false)
+    try waitAll(queue, "BlockOperation x\(n)")
+}
+
+let independentBaton: Workload = { n in
+    let queue = OperationQueue()
+    queue.addOperations((0..<n).map { _ in AsyncBlockOperation { $0.finish() } }, waitUntilFinished: false)
+    try waitAll(queue, "AsyncBlockOperation x\(n)")
+}
+
+let dispatchGroup: Workload = { n in
+    let group = DispatchGroup()
+    let queue = DispatchQueue.global()
+    for _ in 0..<n { queue.async(group: group) {} }
+    guard group.wait(timeout: .now() + 600) == .success else { throw BenchmarkFailure(description: "DispatchGroup timed out") }
+}
+
+let taskGroup: Workload = { n in
+    let done = DispatchSemaphore(value: 0)
+    Task.detached {
+        await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<n { group.addTask {} }
+        }
+        done.signal()
+    }
+    guard done.wait(timeout: .now() + 600) == .success else { throw BenchmarkFailure(description: "TaskGroup timed out") }
+}
+
+let batonChain: Workload = { n in
+    let queue = OperationQueue()
+    let first = ResultBlockOperation<Int> { $0.finish(with: 0) }
+    var operations: [Operation] = [first]
+    operations.reserveCapacity(n)
+    for _ in 1..<max(n, 2) { operations.append(TransformBlockOperation<Int, Int> { $0.finish(with: $0.input! + 1) }) }
+    let handle = try queue.addChain(operations)
+    operations = []
+    let outcome = try handle.wait(timeout: 3_600)
+    guard case .succeeded(let value as Int) = outcome, value == max(n, 2) - 1 else {
+        throw BenchmarkFailure(description: "chain of \(n) ended \(outcome)")
+    }
+}
+
+func rawChain(oneByOne: Bool) -> Workload {
+    { n in
+        let queue = OperationQueue()
+        var operations = [BlockOperation]()
+        operations.reserveCapacity(n)
+        for index in 0..<n {
+            let operation = BlockOperation {}
+            if index > 0 { operation.addDependency(operations[index - 1]) }
+            operations.append(operation)
+        }
+        if oneByOne {
+            for operation in operations { queue.addOperation(operation) }
+        } else {
+            queue.addOperations(operations, waitUntilFinished: false)
+        }
+        let last = operations[n - 1]
+        try waitAll(queue, "raw chain x\(n)")
+        guard last.isFinished else { throw BenchmarkFailure(description: "raw chain did not finish") }
+        // Release without recursion (Foundation's dependency chain overflows the stack near 40,000).
+        for operation in operations.reversed() {
+            for dependency in operation.dependencies { operation.removeDependency(dependency) }
+        }
+    }
+}
+
+// MARK: - Runner
+
+let workloads: [String: Workload] = [
+    "baton-independent": independentBaton,
+    "BlockOperation": independentBlockOperations,
+    "DispatchGroup": dispatchGroup,
+    "TaskGroup": taskGroup,
+    "baton-chain": batonChain,
+    "raw-chain-one-call": rawChain(oneByOne: false),
+    "raw-chain-one-by-one": rawChain(oneByOne: true),
+]
+
+// A child process runs one workload once and prints "seconds peak_mib": each measurement gets a
+// fresh heap, so the peak memory is that workload's own.
+if CommandLine.arguments.count == 4, CommandLine.arguments[1] == "--child",
+   let workload = workloads[CommandLine.arguments[2]], let n = Int(CommandLine.arguments[3]) {
+    do {
+        let elapsed = try seconds { try workload(n) }
+        print(elapsed, PeakMemory.mebibytes())
+        exit(0)
+    } catch {
+        FileHandle.standardError.write(Data("baton-bench: \(error)\n".utf8))
+        exit(1)
+    }
+}
+
+let options = Options(CommandLine.arguments)
+
+func runChild(_ name: String, n: Int) throws -> (seconds: Double, peak: Double) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+    process.arguments = ["--child", name, String(n)]
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    try process.run()
+    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    let fields = String(decoding: data, as: UTF8.self).split(whereSeparator: \.isWhitespace).compactMap { Double($0) }
+    guard process.terminationStatus == 0, fields.count == 2 else {
+        throw BenchmarkFailure(description: "\(name) n=\(n) exited with status \(process.terminationStatus)")
+    }
+    return (fields[0], fields[1])
+}
+
+func measure(_ name: String, n: Int) throws -> (seconds: Double, peak: Double) {
+    var times = [Double]()
+    var peaks = [Double]()
+    for _ in 0..<options.repetitions {
+        let run = try runChild(name, n: n)
+        times.append(run.seconds)
+        peaks.append(run.peak)
+    }
+    return (median(times), median(peaks))
+}
+
+struct Row {
+    let workload: String
+    let n: Int
+    let baton: (seconds: Double, peak: Double)
+    let baseline: String
+    let base: (seconds: Double, peak: Double)
+    var ratio: Double { baton.seconds / base.seconds }
+}
+
+struct Comparison {
+    let workload: String
+    let baton: String
+    let baselines: [(name: String, limit: Int)]
+}
+
+let comparisons = [
+    Comparison(workload: "independent", baton: "baton-independent",
+               baselines: [("BlockOperation", .max), ("DispatchGroup", .max), ("TaskGroup", .max)]),
+    Comparison(workload: "chain", baton: "baton-chain",
+               baselines: [("BlockOperation", .max), ("raw-chain-one-call", options.rawLimit), ("raw-chain-one-by-one", options.rawLimit)]),
+]
+
+if options.csv { print("workload,n,baton_seconds,baseline,baseline_seconds,ratio,peak_rss_mib") } else {
+    print("median of \(options.repetitions); each run in its own process; peak = that process's VmHWM")
+}
+do {
+    for comparison in comparisons where options.only == nil || options.only == comparison.workload {
+        var sizes = options.sizes
+        if options.million && comparison.workload == "chain" { sizes.append(1_000_000) }
+        for n in sizes {
+            let baton = try measure(comparison.baton, n: n)
+            for baseline in comparison.baselines {
+                let base = n <= baseline.limit ? try measure(baseline.name, n: n) : (Double.nan, Double.nan)
+                let row = Row(workload: comparison.workload, n: n, baton: baton, baseline: baseline.name, base: base)
+                if options.csv {
+                    print("\(row.workload),\(n),\(row.baton.seconds),\(row.baseline),\(row.base.seconds),\(row.ratio),\(row.baton.peak)")
+                } else {
+                    let perOperation = row.baton.seconds / Double(n) * 1e6
+                    print(String(format: "%-11@ n=%-8d baton %8.4f s %6.2f µs/op %7.1f MiB | %-20@ %9.4f s %7.1f MiB | ratio %6.2f",
+                                 row.workload as NSString, n, row.baton.seconds, perOperation, row.baton.peak,
+                                 row.baseline as NSString, row.base.seconds, row.base.peak, row.ratio))
+                }
+            }
+        }
+    }
+} catch {
+    FileHandle.standardError.write(Data("baton-bench: \(error)\n".utf8))
+    exit(1)
+}

@@ -1,0 +1,122 @@
+import Dispatch
+import Foundation
+import XCTest
+@testable import Baton
+
+/// The longest any test waits for anything: a bug fails the test, it never hangs CI.
+let testTimeout: Double = 20
+
+/// A one-shot signal with a bounded wait.
+final class Gate: Sendable {
+    private let semaphore = DispatchSemaphore(value: 0)
+    func open() { semaphore.signal() }
+
+    /// Waits for `open()`; fails the test after `timeout` seconds.
+    @discardableResult
+    func wait(timeout: Double = testTimeout, file: StaticString = #filePath, line: UInt = #line) -> Bool {
+        let opened = semaphore.wait(timeout: .now() + timeout) == .success
+        XCTAssertTrue(opened, "gate not opened within \(timeout) s", file: file, line: line)
+        return opened
+    }
+}
+
+/// A thread-safe value for tests.
+final class Locked<Value>: @unchecked Sendable {
+    private let mutex: Mutex<Value>
+    init(_ value: Value) { mutex = Mutex(value) }
+    var value: Value { mutex.withLock { $0 } }
+    func mutate<Result>(_ body: (inout Value) -> Result) -> Result { mutex.withLock(body) }
+}
+
+extension Locked where Value == [String] {
+    func append(_ event: String) { mutate { $0.append(event) } }
+}
+
+extension Locked where Value == Int {
+    @discardableResult
+    func increment() -> Int { mutate { $0 += 1; return $0 } }
+}
+
+/// An error with an identity the tests can compare.
+struct TestError: Error, Equatable {
+    let code: Int
+}
+
+/// Collects the diagnostics Baton reports while a test runs (XCTest runs tests one at a time).
+final class DiagnosticsRecorder: Sendable {
+    private let reports = Locked<[Diagnostic]>([])
+    private let previous: @Sendable (Diagnostic) -> Void
+
+    init() {
+        previous = Diagnostics.handler
+        let reports = self.reports
+        Diagnostics.handler = { diagnostic in reports.mutate { $0.append(diagnostic) } }
+    }
+
+    func stop() { Diagnostics.handler = previous }
+
+    func kinds(for operation: Operation) -> [Diagnostic.Kind] {
+        reports.value.filter { $0.operationID == ObjectIdentifier(operation) }.map(\.kind)
+    }
+}
+
+/// An operation whose `execute()` records that it ran and then waits for the test to finish it.
+final class ManualOperation: ResultOperation<Int>, @unchecked Sendable {
+    let started = Gate()
+    let executions = Locked(0)
+    let cancellations = Locked(0)
+    let finishesOnCancel: Bool
+
+    init(name: String? = nil, finishesOnCancel: Bool = false) {
+        self.finishesOnCancel = finishesOnCancel
+        super.init()
+        self.name = name
+    }
+
+    override func execute() {
+        executions.increment()
+        started.open()
+    }
+
+    override func didCancel() {
+        cancellations.increment()
+        if finishesOnCancel { finish() }
+    }
+}
+
+/// An operation that finishes with a value, or an error, as soon as it executes.
+final class ImmediateOperation: ResultOperation<Int>, @unchecked Sendable {
+    let planned: Result<Int, TestError>
+    let executions = Locked(0)
+
+    init(_ result: Result<Int, TestError>, name: String? = nil) {
+        self.planned = result
+        super.init()
+        self.name = name
+    }
+
+    override func execute() {
+        executions.increment()
+        finish(with: planned.mapError { $0 as any Error })
+    }
+}
+
+/// Signals when it is freed, so that tests can wait for a release without sleeping.
+final class TrackedOperation: AsyncOperation, @unchecked Sendable {
+    let freed: Gate
+    init(freed: Gate) { self.freed = freed }
+    override func execute() { finish() }
+    deinit { freed.open() }
+}
+
+/// Runs `body` on a fresh queue and waits (bounded) for the queue to drain.
+func drain(_ queue: OperationQueue, file: StaticString = #filePath, line: UInt = #line) {
+    let done = Gate()
+    queue.addBarrierBlock { done.open() }
+    done.wait(file: file, line: line)
+}
+
+/// Runs `body` in its own scope, so that its locals are released when it returns.
+func inScope<Result>(_ body: () throws -> Result) rethrows -> Result {
+    try body()
+}
