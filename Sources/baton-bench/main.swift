@@ -5,7 +5,7 @@ import Foundation
 // baton-bench: Baton against its Foundation baselines, in one run, medians over repetitions.
 //
 //   swift run -c release baton-bench [--n 1000,10000,100000] [--reps 3] [--csv] [--only NAME]
-//                                    [--raw-limit 10000] [--million]
+//                                    [--raw-limit 10000] [--independent-limit 100000] [--million]
 //
 // Every workload builds its operations, runs them on a fresh OperationQueue and waits (bounded)
 // for the last one. Times exclude nothing but process start.
@@ -16,6 +16,7 @@ struct Options {
     var csv = false
     var only: String?
     var rawLimit = 10_000
+    var independentLimit = 100_000
     var million = false
 
     init(_ arguments: [String]) {
@@ -27,9 +28,16 @@ struct Options {
             case "--csv": csv = true
             case "--only": only = iterator.next()
             case "--raw-limit": rawLimit = Int(iterator.next() ?? "") ?? rawLimit
+            case "--independent-limit": independentLimit = Int(iterator.next() ?? "") ?? independentLimit
             case "--million": million = true
             case "--help", "-h":
-                print("usage: baton-bench [--n 1000,10000,100000] [--reps 3] [--csv] [--only WORKLOAD] [--raw-limit N] [--million]")
+                print("""
+                usage: baton-bench [--n 1000,10000,100000] [--reps 3] [--csv] [--only WORKLOAD]
+                                   [--raw-limit N] [--independent-limit N] [--million]
+                  --raw-limit N          largest n for the quadratic raw Foundation chains (default 10000)
+                  --independent-limit N  largest n for independent BlockOperation baselines (default 100000)
+                  --million              add a chain of 1,000,000 operations
+                """)
                 exit(0)
             default:
                 FileHandle.standardError.write(Data("unknown argument \(argument)\n".utf8))
@@ -220,9 +228,10 @@ struct Comparison {
 
 let comparisons = [
     Comparison(workload: "independent", baton: "baton-independent",
-               baselines: [("BlockOperation", .max), ("DispatchGroup", .max), ("TaskGroup", .max)]),
+               baselines: [("BlockOperation", options.independentLimit), ("DispatchGroup", .max), ("TaskGroup", .max)]),
     Comparison(workload: "chain", baton: "baton-chain",
-               baselines: [("BlockOperation", .max), ("raw-chain-one-call", options.rawLimit), ("raw-chain-one-by-one", options.rawLimit)]),
+               baselines: [("BlockOperation", options.independentLimit), ("raw-chain-one-call", options.rawLimit),
+                           ("raw-chain-one-by-one", options.rawLimit)]),
 ]
 
 if options.csv { print("workload,n,baton_seconds,baseline,baseline_seconds,ratio,peak_rss_mib") } else {

@@ -1,0 +1,103 @@
+import Foundation
+import XCTest
+@testable import Baton
+
+final class DependencyPolicyTests: XCTestCase {
+    private enum Dependency: CaseIterable {
+        case blockSucceeded, blockCancelled, batonSucceeded, batonCancelled, batonFailed
+
+        func make() -> Operation {
+            switch self {
+            case .blockSucceeded: return BlockOperation {}
+            case .blockCancelled:
+                let operation = BlockOperation {}
+                operation.cancel()
+                return operation
+            case .batonSucceeded: return ImmediateOperation(.success(1), name: "dependency")
+            case .batonCancelled:
+                let operation = ImmediateOperation(.success(1), name: "dependency")
+                operation.cancel()
+                return operation
+            case .batonFailed: return ImmediateOperation(.failure(TestError(code: 21)), name: "dependency")
+            }
+        }
+    }
+
+    private enum Expected: Equatable {
+        case runs, cancelled, failsNamingTheDependency
+    }
+
+    private func expected(_ policy: DependencyPolicy, _ dependency: Dependency) -> Expected {
+        switch (policy, dependency) {
+        case (.runRegardless, _), (_, .blockSucceeded), (_, .batonSucceeded): return .runs
+        case (_, .blockCancelled), (_, .batonCancelled): return .cancelled
+        case (.skipOnCancellation, .batonFailed): return .runs
+        case (.skipOnFailureOrCancellation, .batonFailed): return .failsNamingTheDependency
+        }
+    }
+
+    func testEveryPolicyAgainstEveryKindOfDependencyOnAQueue() {
+        for policy in [DependencyPolicy.skipOnFailureOrCancellation, .skipOnCancellation, .runRegardless] {
+            for kind in Dependency.allCases {
+                let queue = OperationQueue()
+                let dependency = kind.make()
+                let operation = ImmediateOperation(.success(2))
+                operation.dependencyPolicy = policy
+                operation.addDependency(dependency)
+                queue.addOperations([dependency, operation], waitUntilFinished: false)
+                drain(queue)
+
+                let context = "\(policy) with \(kind)"
+                XCTAssertTrue(operation.isFinished, context)
+                switch expected(policy, kind) {
+                case .runs:
+                    XCTAssertEqual(operation.executions.value, 1, context)
+                    XCTAssertEqual(operation.output, 2, context)
+                case .cancelled:
+                    XCTAssertEqual(operation.executions.value, 0, context)
+                    XCTAssertTrue(operation.isCancelled, context)
+                    XCTAssertTrue(operation.result?.isCancelled == true, context)
+                case .failsNamingTheDependency:
+                    XCTAssertEqual(operation.executions.value, 0, context)
+                    guard case .failed(BatonError.dependencyFailed(let name, let underlying))? = operation.result else {
+                        XCTFail("\(context): got \(String(describing: operation.result))")
+                        continue
+                    }
+                    XCTAssertEqual(name, "dependency", context)
+                    XCTAssertEqual(underlying as? TestError, TestError(code: 21), context)
+                }
+            }
+        }
+    }
+
+    func testAFailureIsReportedBeforeACancellationAmongSeveralDependencies() {
+        let cancelled = BlockOperation {}
+        cancelled.cancel()
+        let failed = ImmediateOperation(.failure(TestError(code: 1)), name: "failed")
+        let operation = ImmediateOperation(.success(0))
+        operation.addDependency(cancelled)
+        operation.addDependency(failed)
+        let queue = OperationQueue()
+        queue.addOperations([cancelled, failed, operation], waitUntilFinished: false)
+        drain(queue)
+        guard case .failed(BatonError.dependencyFailed("failed", _))? = operation.result else {
+            return XCTFail("got \(String(describing: operation.result))")
+        }
+    }
+
+    func testASkippedFailureNamesEveryLevel() {
+        let root = ImmediateOperation(.failure(TestError(code: 3)), name: "root")
+        let middle = ImmediateOperation(.success(0), name: "middle")
+        let leaf = ImmediateOperation(.success(0), name: "leaf")
+        middle.addDependency(root)
+        leaf.addDependency(middle)
+        let queue = OperationQueue()
+        queue.addOperations([root, middle, leaf], waitUntilFinished: false)
+        drain(queue)
+        guard case .failed(BatonError.dependencyFailed("middle", BatonError.dependencyFailed("root", let underlying)))? = leaf.result else {
+            return XCTFail("got \(String(describing: leaf.result))")
+        }
+        XCTAssertEqual(underlying as? TestError, TestError(code: 3))
+        XCTAssertEqual(middle.executions.value + leaf.executions.value, 0)
+    }
+}
