@@ -41,44 +41,8 @@ final class AdapterOperation: AsyncOperation, @unchecked Sendable {
     }
 
     private static func forward(_ link: Link) {
-        let downstream = link.downstream
-        switch upstreamOutcome(link.upstream) {
-        case .cancelled:
-            downstream.cancel()
-        case .failed(let error):
+        if let error = Handoff.pass(from: link.upstream, to: link.downstream, adapter: link.adapter) {
             link.coordinator.recordFailure(error)
-            if let baton = downstream as? AsyncOperation, baton.dependencyPolicy == .runRegardless {
-                baton.setUpstreamError(error)
-            } else {
-                fail(downstream, with: error)
-            }
-        case .succeeded(let value):
-            do {
-                if let transfer = link.adapter.transfer {
-                    try transfer(link.upstream, downstream)
-                } else if let value, let receiver = downstream as? InputAccepting, let mismatch = receiver.acceptInput(value) {
-                    throw mismatch
-                }
-            } catch {
-                link.coordinator.recordFailure(error)
-                fail(downstream, with: error)
-            }
         }
-    }
-
-    private static func upstreamOutcome(_ upstream: Operation) -> Outcome<Any?> {
-        if let baton = upstream as? AsyncOperation {
-            return baton.storedOutcome ?? .cancelled
-        }
-        return upstream.isCancelled ? .cancelled : .succeeded(nil)
-    }
-
-    /// Fails a Baton operation before it starts; a plain Foundation operation can only be cancelled.
-    private static func fail(_ downstream: Operation, with error: any Error) {
-        guard let baton = downstream as? AsyncOperation else {
-            downstream.cancel()
-            return
-        }
-        if !baton.isCancelled { baton.finish(throwing: error) }
     }
 }

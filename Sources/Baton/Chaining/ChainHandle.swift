@@ -80,17 +80,7 @@ public final class ChainHandle<Output>: @unchecked Sendable {
             return
         }
         // The handle keeps itself alive until the last operation has finished.
-        if let baton = last as? AsyncOperation {
-            baton.whenFinished { self.complete() }
-        } else {
-            // Linux never clears a completion block: put the user's back once ours has run.
-            let previous = last.completionBlock
-            last.completionBlock = { [weak last] in
-                previous?()
-                self.complete()
-                last?.completionBlock = previous
-            }
-        }
+        last.observeCompletion { self.complete() }
         for case let adapter as AdapterOperation in operations {
             adapter.whenFinished { [weak self] in self?.requestNextStage() }
         }

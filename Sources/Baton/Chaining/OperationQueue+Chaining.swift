@@ -29,11 +29,7 @@ extension OperationQueue {
     @discardableResult
     public func addChain(_ operations: [Operation], adapter: ChainAdapter = .default) throws(BatonError) -> ChainHandle<Any> {
         try enqueueChain(operations, adapter: adapter) { last in
-            guard let last else { return .succeeded(()) }
-            if let baton = last as? AsyncOperation {
-                return (baton.storedOutcome ?? .cancelled).map { $0 ?? () }
-            }
-            return last.isCancelled ? .cancelled : .succeeded(())
+            (last?.observedOutcome ?? .succeeded(nil)).map { $0 ?? () }
         }
     }
 

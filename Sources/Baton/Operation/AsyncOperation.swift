@@ -91,6 +91,10 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         nil
     }
 
+    /// Called when the operation finished without executing (cancelled, skipped, or finished before
+    /// start), before its outcome is announced: composites retire the children they never launched.
+    func didFinishWithoutExecuting() {}
+
     /// An operation that a `cancel()` of this one is passed to instead (chain adapters).
     var cancellationTarget: Operation? {
         nil
@@ -138,6 +142,7 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         case .ignore:
             Diagnostics.report(.startedTwice, self)
         case .skip(let effects):
+            didFinishWithoutExecuting()
             performFinish(effects)
         case .execute(let effects, let notReady):
             if notReady { Diagnostics.report(.startedWhileNotReady, self) }

@@ -26,6 +26,18 @@ public enum BatonError: Error, Sendable {
     case dependencyCycle(path: [String])
     /// A wait ran out of time before the work finished.
     case timedOut(seconds: Double)
+    /// Children of a group failed; the errors are in the order the children finished.
+    case childrenFailed(group: String, errors: [any Error])
+    /// A node of an operation tree failed; `path` leads from the root to it (`node[index]` steps).
+    case treeNodeFailed(path: [String], underlying: any Error)
+    /// Several nodes of an operation tree failed; each failure is a ``treeNodeFailed(path:underlying:)``.
+    case treeFailed(failures: [BatonError])
+    /// The last child of a sequence produced a value that is not the sequence's `Output`.
+    case outputTypeMismatch(operation: String, expected: String, actual: String)
+    /// A parameter is out of range; the text says which and why.
+    case invalidArgument(operation: String, reason: String)
+    /// Waiting here would block the thread that must run the operation.
+    case wouldDeadlock(operation: String, reason: String)
 }
 
 extension BatonError: CustomStringConvertible {
@@ -54,6 +66,18 @@ extension BatonError: CustomStringConvertible {
             return "chaining would create a dependency cycle: \(path.joined(separator: " -> "))"
         case .timedOut(let seconds):
             return "timed out after \(seconds) s"
+        case .childrenFailed(let group, let errors):
+            return "\(errors.count) child operation(s) of \(group) failed: \(errors.map { "\($0)" }.joined(separator: "; "))"
+        case .treeNodeFailed(let path, let underlying):
+            return "tree node \(path.joined(separator: " / ")) failed: \(underlying)"
+        case .treeFailed(let failures):
+            return "\(failures.count) tree node(s) failed: \(failures.map(\.description).joined(separator: "; "))"
+        case .outputTypeMismatch(let operation, let expected, let actual):
+            return "\(operation) produces \(expected) but its last step produced \(actual)"
+        case .invalidArgument(let operation, let reason):
+            return "\(operation): \(reason)"
+        case .wouldDeadlock(let operation, let reason):
+            return "waiting for \(operation) would deadlock: \(reason)"
         }
     }
 }

@@ -1,0 +1,109 @@
+import Foundation
+
+/// Runs its children concurrently on an internal queue and finishes after all of them.
+///
+/// ```swift
+/// let group = GroupOperation(operations: [resize, upload, notify], failurePolicy: .cancelSiblingsOnFailure)
+/// queue.addOperation(group)
+/// ```
+///
+/// - The group finishes after every child has finished, never before.
+/// - Children's errors are collected (``errors``); if any child failed, the group fails with
+///   ``BatonError/childrenFailed(group:errors:)``. A child that was cancelled on its own is not a failure.
+/// - ``GroupFailurePolicy/cancelSiblingsOnFailure`` cancels the other children at the first failure.
+/// - Cancelling the group cancels every child; the group then finishes cancelled once they have.
+/// - Children can be added while the group runs (``addChild(_:)``). An empty group succeeds at once.
+/// - ``suspend()`` stops the group from starting new children; ``resume()`` continues.
+/// - ``progress`` counts the finished children (composite children contribute their own progress).
+///
+/// Subclass it (TWGOperations' style) to add children in `init` and to react to each child in
+/// ``childDidFinish(_:)``. Groups and sequences nest in each other to any depth.
+open class GroupOperation: AsyncOperation, ProgressReporting, @unchecked Sendable {
+    let group: ChildGroup
+    private let configurationError: BatonError?
+
+    /// Creates a group.
+    ///
+    /// - Parameters:
+    ///   - operations: The children. Each must be pending and appear once; otherwise the group fails
+    ///     at start with the ``BatonError`` that names the child.
+    ///   - failurePolicy: Whether a failure cancels the other children. Default: carry on.
+    ///   - maxConcurrentOperationCount: How many children run at once. Default: as many as the
+    ///     system allows.
+    public init(
+        operations: [Operation] = [],
+        failurePolicy: GroupFailurePolicy = .continueOnFailure,
+        maxConcurrentOperationCount: Int = OperationQueue.defaultMaxConcurrentOperationCount
+    ) {
+        group = ChildGroup(name: "GroupOperation", failurePolicy: failurePolicy, maxConcurrentOperationCount: maxConcurrentOperationCount)
+        var firstError: BatonError?
+        for operation in operations {
+            do { try group.add(operation, owner: "GroupOperation") } catch { firstError = firstError ?? error }
+        }
+        configurationError = firstError
+        super.init()
+        group.owner = self
+    }
+
+    /// The children's progress: one unit per child.
+    public final var progress: Progress { group.progress.progress }
+
+    /// The children, in the order they were added.
+    public final var children: [Operation] { group.children }
+
+    /// The errors of the children that failed, in the order they failed.
+    public final var errors: [any Error] { group.errors }
+
+    /// Adds a child. Before the group runs it waits its turn; while the group runs it starts at once.
+    ///
+    /// - Parameter child: A pending operation that is in no queue.
+    /// - Throws: ``BatonError/alreadyFinished(operation:)`` when the group (or the child) has
+    ///   finished, ``BatonError/duplicateOperation(operation:)`` when the child is already in the
+    ///   group, ``BatonError/alreadyExecuting(operation:)`` when the child is executing.
+    public final func addChild(_ child: Operation) throws(BatonError) {
+        try group.add(child, owner: batonName)
+    }
+
+    /// Stops the group from starting more children (those running go on).
+    public final func suspend() { group.isSuspended = true }
+
+    /// Lets the group start children again.
+    public final func resume() { group.isSuspended = false }
+
+    /// Whether the group is suspended.
+    public final var isSuspended: Bool { group.isSuspended }
+
+    /// Called once for each child, when it has finished and before the group counts it. Override it
+    /// to react to children (the default does nothing); you may add children from here.
+    ///
+    /// - Parameter child: The child that finished; read its outcome from it.
+    open func childDidFinish(_ child: Operation) {}
+
+    /// Launches the children. Groups do not override `execute()`.
+    public final override func execute() {
+        if !group.start() { finish() }
+    }
+
+    /// Cancels every child.
+    public final override func didCancel() {
+        group.cancelAll()
+    }
+
+    override func didFinishWithoutExecuting() {
+        group.retireAll()
+    }
+
+    override func preflightFailure(_ state: State) -> (any Error)? {
+        configurationError
+    }
+}
+
+extension GroupOperation: ChildGroupOwner {
+    func allChildrenDidFinish(errors: [any Error]) {
+        if errors.isEmpty {
+            finish()
+        } else {
+            finish(throwing: BatonError.childrenFailed(group: batonName, errors: errors))
+        }
+    }
+}

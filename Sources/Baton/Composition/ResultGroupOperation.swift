@@ -1,0 +1,104 @@
+import Foundation
+
+/// A group whose children produce outputs of one type: it succeeds with their outputs **in the order
+/// the children were given**, whatever order they finished in.
+///
+/// ```swift
+/// let sizes = ResultGroupOperation(operations: urls.map { MeasureFile(url: $0) })
+/// queue.addOperation(sizes)
+/// sizes.waitUntilFinished()
+/// print(sizes.output!)   // sizes in the order of `urls`
+/// ```
+///
+/// It behaves as ``GroupOperation`` does (failure policy, cancellation, children added while it runs,
+/// suspension, progress). It fails with ``BatonError/childrenFailed(group:errors:)`` when a child
+/// failed, and finishes cancelled when a child was cancelled, since it then has no output to give.
+public final class ResultGroupOperation<Element>: ResultOperation<[Element]>, ProgressReporting, @unchecked Sendable {
+    let group: ChildGroup
+    private let configurationError: BatonError?
+
+    /// Creates a typed group.
+    ///
+    /// - Parameters:
+    ///   - operations: The children; their outputs become the group's output, in this order.
+    ///   - failurePolicy: Whether a failure cancels the other children. Default: carry on.
+    ///   - maxConcurrentOperationCount: How many children run at once. Default: as many as the
+    ///     system allows.
+    public init(
+        operations: [ResultOperation<Element>] = [],
+        failurePolicy: GroupFailurePolicy = .continueOnFailure,
+        maxConcurrentOperationCount: Int = OperationQueue.defaultMaxConcurrentOperationCount
+    ) {
+        group = ChildGroup(name: "ResultGroupOperation", failurePolicy: failurePolicy, maxConcurrentOperationCount: maxConcurrentOperationCount)
+        var firstError: BatonError?
+        for operation in operations {
+            do { try group.add(operation, owner: "ResultGroupOperation") } catch { firstError = firstError ?? error }
+        }
+        configurationError = firstError
+        super.init()
+        group.owner = self
+    }
+
+    /// The children's progress: one unit per child.
+    public var progress: Progress { group.progress.progress }
+
+    /// The children, in the order they were added (which is the order of the output).
+    public var children: [ResultOperation<Element>] {
+        group.children.compactMap { $0 as? ResultOperation<Element> }
+    }
+
+    /// The errors of the children that failed, in the order they failed.
+    public var errors: [any Error] { group.errors }
+
+    /// Adds a child; its output goes after those of the children added before it.
+    ///
+    /// - Parameter child: A pending operation that is in no queue.
+    /// - Throws: The same errors as ``GroupOperation/addChild(_:)``.
+    public func addChild(_ child: ResultOperation<Element>) throws(BatonError) {
+        try group.add(child, owner: batonName)
+    }
+
+    /// Stops the group from starting more children (those running go on).
+    public func suspend() { group.isSuspended = true }
+
+    /// Lets the group start children again.
+    public func resume() { group.isSuspended = false }
+
+    /// Launches the children.
+    public override func execute() {
+        if !group.start() { finish(with: []) }
+    }
+
+    /// Cancels every child.
+    public override func didCancel() {
+        group.cancelAll()
+    }
+
+    override func didFinishWithoutExecuting() {
+        group.retireAll()
+    }
+
+    override func preflightFailure(_ state: State) -> (any Error)? {
+        configurationError
+    }
+}
+
+extension ResultGroupOperation: ChildGroupOwner {
+    func childDidFinish(_ child: Operation) {}
+
+    func allChildrenDidFinish(errors: [any Error]) {
+        guard errors.isEmpty else {
+            return finish(throwing: BatonError.childrenFailed(group: batonName, errors: errors))
+        }
+        var outputs = [Element]()
+        outputs.reserveCapacity(group.children.count)
+        for child in children {
+            guard let output = child.output else {
+                cancel()
+                return finish()
+            }
+            outputs.append(output)
+        }
+        finish(with: outputs)
+    }
+}

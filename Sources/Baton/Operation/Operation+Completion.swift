@@ -1,0 +1,38 @@
+import Foundation
+
+extension Operation {
+    /// Calls `body` once the operation has finished: right after `isFinished` is announced for a Baton
+    /// operation, from its completion block (asynchronously, as Foundation runs it) for any other.
+    ///
+    /// For a Foundation operation the completion block is wrapped and, once it has run, put back:
+    /// Linux never clears a completion block, so a wrapper left in place would keep `body` (and
+    /// whatever it captures) alive as long as the operation.
+    func observeCompletion(_ body: @escaping @Sendable () -> Void) {
+        if let baton = self as? AsyncOperation {
+            baton.whenFinished(body)
+            return
+        }
+        let previous = completionBlock
+        completionBlock = { [weak self] in
+            previous?()
+            body()
+            self?.completionBlock = previous
+        }
+    }
+
+    /// The outcome as a chain or a composite sees it: a Baton operation's own, or for a Foundation
+    /// operation cancelled or succeeded (without an output).
+    var observedOutcome: Outcome<Any?> {
+        if let baton = self as? AsyncOperation {
+            return baton.storedOutcome ?? .cancelled
+        }
+        return isCancelled ? .cancelled : .succeeded(nil)
+    }
+
+    /// Finishes an operation that belongs to no queue and will never run: cancelled, then started, so
+    /// that it ends (without executing) and nobody waiting on it hangs.
+    func cancelAndRetire() {
+        cancel()
+        if !isFinished && !isExecuting && isCancelled { start() }
+    }
+}
