@@ -22,7 +22,7 @@ private final class RecordingDelegate: AsyncOperationDelegate, @unchecked Sendab
     }
 }
 
-final class AsyncOperationObserverTests: XCTestCase {
+final class AsyncOperationObserverTests: BatonTestCase {
     func testObserversRunInOrderAndBeforeTheOperationIsFinished() {
         let events = Locked<[String]>([])
         let delegate = RecordingDelegate(events)

@@ -3,7 +3,7 @@ import Foundation
 import XCTest
 @testable import Baton
 
-final class AsyncOperationTests: XCTestCase {
+final class AsyncOperationTests: BatonTestCase {
     private var diagnostics: DiagnosticsRecorder!
 
     override func setUp() {
@@ -36,7 +36,7 @@ final class AsyncOperationTests: XCTestCase {
         DispatchQueue.global().async { operation.finish(with: 7) }
         dependentRan.wait()
         completionRan.wait()
-        operation.waitUntilFinished()
+        operation.waitUntilFinished()   // returns at once: the completion block ran after isFinished
         drain(queue)
         XCTAssertEqual(queue.operationCount, 0)
         XCTAssertTrue(operation.isFinished)
@@ -126,7 +126,7 @@ final class AsyncOperationTests: XCTestCase {
         blocker.started.wait()
 
         waiting.cancel()
-        waiting.waitUntilFinished()
+        waitFinished(waiting)
         XCTAssertEqual(waiting.executions.value, 0)
         XCTAssertTrue(waiting.result?.isCancelled == true)
         XCTAssertFalse(blocker.isFinished)
@@ -187,7 +187,7 @@ final class AsyncOperationTests: XCTestCase {
         let operation = ManualOperation()
         operation.finish(with: 8)
         queue.addOperation(operation)
-        operation.waitUntilFinished()
+        waitFinished(operation)
         drain(queue)
         XCTAssertEqual(operation.output, 8)
         XCTAssertEqual(operation.executions.value, 0)
@@ -278,7 +278,7 @@ final class AsyncOperationTests: XCTestCase {
         }
         let queue = OperationQueue()
         queue.addOperation(operation)
-        operation.waitUntilFinished()
+        waitFinished(operation)
         XCTAssertEqual(runs.value, 3)
         XCTAssertTrue(operation.outcome?.isSucceeded == true)
     }

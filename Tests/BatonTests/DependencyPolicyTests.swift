@@ -2,7 +2,7 @@ import Foundation
 import XCTest
 @testable import Baton
 
-final class DependencyPolicyTests: XCTestCase {
+final class DependencyPolicyTests: BatonTestCase {
     private enum Dependency: CaseIterable {
         case blockSucceeded, blockCancelled, batonSucceeded, batonCancelled, batonFailed
 

@@ -2,7 +2,7 @@ import Foundation
 import XCTest
 @testable import Baton
 
-final class DiagnosticTests: XCTestCase {
+final class DiagnosticTests: BatonTestCase {
     func testReplacingTheHandlerManyTimesDoesNotNestIt() {
         // A regression test: storing the handler as a bare function re-wrapped it in a conversion
         // thunk on every get and set, until calling it overflowed the stack.

@@ -3,7 +3,7 @@ import XCTest
 
 /// Every Swift example in README.md and Docs/ must be compiled: this test finds each ```swift block
 /// in the example sources (the demo executable, Tests/BatonTests/Documentation/).
-final class DocumentationTests: XCTestCase {
+final class DocumentationTests: BatonTestCase {
     private let root = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 

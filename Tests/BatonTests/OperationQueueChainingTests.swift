@@ -32,7 +32,7 @@ private func counted<T>(_ value: T) -> (operation: ResultBlockOperation<T>, exec
     return (operation, executions)
 }
 
-final class OperationQueueChainingTests: XCTestCase {
+final class OperationQueueChainingTests: BatonTestCase {
     private var diagnostics: DiagnosticsRecorder!
 
     override func setUp() {

@@ -8,7 +8,7 @@ enum RatingError: Error {
     case tooManyStars(Int)
 }
 
-final class ChainingExamples: XCTestCase {
+final class ChainingExamples: BatonTestCase {
     func testTheSolution() throws {
         let queue = OperationQueue()
         let handle = try queue.addChain([

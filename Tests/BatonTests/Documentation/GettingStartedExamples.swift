@@ -5,7 +5,7 @@ import Baton
 
 // The examples of Docs/GettingStarted.md, verbatim (DocumentationTests checks that they are here).
 
-final class GettingStartedExamples: XCTestCase {
+final class GettingStartedExamples: BatonTestCase {
     func testAFirstOperation() {
         let queue = OperationQueue()
         let hello = ResultBlockOperation<String> { operation in

@@ -39,7 +39,7 @@ final class AttemptCounter: @unchecked Sendable {
     func next() -> Int { lock.withLock { value += 1; return value } }
 }
 
-final class SubclassingExamples: XCTestCase {
+final class SubclassingExamples: BatonTestCase {
     func testTheSolution() {
         let count = CountWords(input: "one two three")
         OperationQueue().addOperation(count)

@@ -120,3 +120,38 @@ func drain(_ queue: OperationQueue, file: StaticString = #filePath, line: UInt =
 func inScope<Result>(_ body: () throws -> Result) rethrows -> Result {
     try body()
 }
+
+/// An operation that finishes with `value` after a random short delay on another thread: children
+/// of composites then finish in a random order.
+final class JitterOperation: ResultOperation<Int>, @unchecked Sendable {
+    let value: Int
+    let executions = Locked(0)
+    init(_ value: Int) {
+        self.value = value
+        super.init()
+    }
+    override func execute() {
+        executions.increment()
+        DispatchQueue.global().asyncAfter(deadline: .now() + .microseconds(Int.random(in: 0...2_000))) {
+            self.finish(with: self.value)
+        }
+    }
+}
+
+/// Runs `body` with the operation after it has finished (bounded).
+@discardableResult
+func finished<T: AsyncOperation>(_ operation: T, on queue: OperationQueue = OperationQueue(),
+                                  file: StaticString = #filePath, line: UInt = #line) -> T {
+    let done = Gate()
+    operation.whenFinished { done.open() }
+    queue.addOperation(operation)
+    done.wait(file: file, line: line)
+    return operation
+}
+
+extension Operation {
+    /// Test access to the internal completion hook (Baton and Foundation operations alike).
+    func observeCompletionForTests(_ body: @escaping @Sendable () -> Void) {
+        observeCompletion(body)
+    }
+}

@@ -1,0 +1,142 @@
+import Dispatch
+import Foundation
+
+/// Runs fresh attempts of an operation until one succeeds, up to a total number of attempts.
+///
+/// ```swift
+/// let download = RetryOperation(attempts: 3, delay: .exponential(initial: 0.5)) { attempt in
+///     Download(url: url)            // a new operation for every attempt
+/// }
+/// ```
+///
+/// - `attempts` is the **total** number of attempts, the first included (`attempts: 1` never retries).
+/// - Each attempt is a new operation from `makeAttempt`, given the attempt number (1, 2, …).
+/// - `delay` waits between attempts; `shouldRetry` may stop early, given the error and the number of
+///   the attempt that failed.
+/// - The outcome is the successful attempt's output, or the **last** attempt's error. An attempt that
+///   was cancelled (not the retry) ends the retry cancelled.
+/// - Cancelling the retry cancels the running attempt, or ends the wait between attempts at once.
+/// - ``progress`` counts attempts made against `attempts`.
+public final class RetryOperation<Output>: ResultOperation<Output>, ProgressReporting, @unchecked Sendable {
+    /// The total number of attempts allowed.
+    public let maximumAttempts: Int
+    private let delay: RetryDelay
+    private let shouldRetry: @Sendable (any Error, Int) -> Bool
+    private let makeAttempt: @Sendable (Int) -> ResultOperation<Output>
+    private let queue = OperationQueue()
+    private let attempts = Mutex(Attempts())
+    private let serializedProgress = SerializedProgress()
+
+    private struct Attempts {
+        var made: [ResultOperation<Output>] = []
+        var isWaiting = false
+        var isDone = false
+    }
+
+    /// Creates a retry.
+    ///
+    /// - Parameters:
+    ///   - attempts: The total number of attempts, at least 1; otherwise the operation fails at start
+    ///     with ``BatonError/invalidArgument(operation:reason:)``.
+    ///   - delay: The wait between attempts. Default: none.
+    ///   - shouldRetry: Whether to try again after `error` ended attempt number `attempt`. Default: always.
+    ///   - makeAttempt: Makes the operation for attempt number `attempt` (1, 2, …); a new one each time.
+    public init(
+        attempts: Int,
+        delay: RetryDelay = .none,
+        shouldRetry: @escaping @Sendable (_ error: any Error, _ attempt: Int) -> Bool = { _, _ in true },
+        makeAttempt: @escaping @Sendable (_ attempt: Int) -> ResultOperation<Output>
+    ) {
+        maximumAttempts = attempts
+        self.delay = delay
+        self.shouldRetry = shouldRetry
+        self.makeAttempt = makeAttempt
+        super.init()
+        serializedProgress.set(total: Int64(max(attempts, 0)))
+    }
+
+    /// Attempts made so far: the number of the attempt running or last run.
+    public var attemptCount: Int { attempts.withLock { $0.made.count } }
+
+    /// The operations of the attempts made so far, in order.
+    public var attemptOperations: [ResultOperation<Output>] { attempts.withLock { $0.made } }
+
+    /// Attempts made against the total allowed.
+    public var progress: Progress { serializedProgress.progress }
+
+    /// Starts the first attempt.
+    public override func execute() {
+        launch(attempt: 1)
+    }
+
+    /// Cancels the running attempt, or ends the wait between attempts.
+    public override func didCancel() {
+        let (current, waiting) = attempts.withLock { ($0.made.last, $0.isWaiting) }
+        if waiting {
+            end { $0.finish() }
+        } else if let current, !current.isFinished {
+            current.cancel()
+        }
+    }
+
+    override func preflightFailure(_ state: State) -> (any Error)? {
+        maximumAttempts >= 1 ? nil : BatonError.invalidArgument(
+            operation: batonName, reason: "attempts must be at least 1, got \(maximumAttempts)")
+    }
+
+    private func launch(attempt number: Int) {
+        let operation = makeAttempt(number)
+        let launched = attempts.withLock { attempts -> Bool in
+            guard !attempts.isDone else { return false }
+            attempts.isWaiting = false
+            attempts.made.append(operation)
+            return true
+        }
+        guard launched else { return operation.cancelAndRetire() }
+        serializedProgress.set(completed: Int64(number))
+        operation.observeCompletion { self.attemptFinished(operation, number: number) }
+        if isCancelled { operation.cancel() }
+        if operation.isCancelled { operation.start() } else { queue.addOperation(operation) }
+    }
+
+    private func attemptFinished(_ operation: ResultOperation<Output>, number: Int) {
+        switch operation.result ?? .cancelled {
+        case .succeeded(let output):
+            end { $0.finish(with: output) }
+        case .cancelled:
+            end { retry in
+                retry.cancel()
+                retry.finish()
+            }
+        case .failed(let error):
+            guard !isCancelled, number < maximumAttempts, shouldRetry(error, number) else {
+                return end { $0.finish(throwing: error) }
+            }
+            let wait = delay.seconds(beforeAttempt: number + 1)
+            guard wait > 0 else { return launch(attempt: number + 1) }
+            let waiting = attempts.withLock { attempts -> Bool in
+                guard !attempts.isDone else { return false }
+                attempts.isWaiting = true
+                return true
+            }
+            guard waiting else { return }
+            DispatchQueue.global().asyncAfter(deadline: .now() + wait) { [weak self] in
+                guard let self, self.attempts.withLock({ $0.isWaiting && !$0.isDone }) else { return }
+                self.launch(attempt: number + 1)
+            }
+        }
+    }
+
+    /// Ends the retry once, whichever of an attempt, a cancellation or a timer gets here first.
+    private func end(_ finishing: (RetryOperation<Output>) -> Void) {
+        let first = attempts.withLock { attempts -> Bool in
+            guard !attempts.isDone else { return false }
+            attempts.isDone = true
+            attempts.isWaiting = false
+            return true
+        }
+        guard first else { return }
+        ProgressUpdates.flush()
+        finishing(self)
+    }
+}

@@ -1,0 +1,140 @@
+import Foundation
+
+/// One level of an operation tree (DRBOperationTree's node and provider in one): it maps the output
+/// of its parent to items, runs one operation per item, and sends each operation's output to its own
+/// child nodes.
+///
+/// ```swift
+/// let cookbook = TreeNode<String, [Int]>("cookbook") { id in FetchRecipeIDs(cookbook: id) }
+/// let recipe = TreeNode<[Int], Recipe>("recipe", items: { ids in ids }) { id in FetchRecipe(id: id) }
+/// let image = TreeNode<Recipe, Data>("image", items: { $0.imageURLs }) { url in Download(url) }
+/// cookbook.addChild(recipe)
+/// recipe.addChild(image)
+/// let tree = TreeOperation(root: cookbook, input: "vegetables")
+/// ```
+///
+/// Configure a node (children, callbacks, attempts) before its tree starts.
+public final class TreeNode<Input: Sendable, Output: Sendable>: @unchecked Sendable {
+    /// The node's name, used in failure paths (`recipe[2]` is the third recipe's operation).
+    public let name: String
+    private let expand: @Sendable (Input) async throws -> [@Sendable () -> ResultOperation<Output>]
+    private let configuration = Mutex(Configuration())
+
+    private struct Configuration {
+        var children: [AnyTreeNode<Output>] = []
+        var outputObservers: [@Sendable (Output) -> Void] = []
+        var subtreeObservers: [@Sendable (Output) -> Void] = []
+        var attempts = 1
+        var delay = RetryDelay.none
+    }
+
+    /// Creates a node that maps its input to items synchronously.
+    ///
+    /// - Parameters:
+    ///   - name: The node's name, for failure paths.
+    ///   - items: Maps the parent's output to this node's items; an error it throws fails the node.
+    ///   - operation: Makes the operation for one item (called again for each retry attempt).
+    public init<Item: Sendable>(
+        _ name: String,
+        items: @escaping @Sendable (Input) throws -> [Item],
+        operation: @escaping @Sendable (Item) -> ResultOperation<Output>
+    ) {
+        self.name = name
+        expand = { input in try items(input).map { item in { operation(item) } } }
+    }
+
+    /// Creates a node that maps its input to items asynchronously (for example with a network call).
+    ///
+    /// - Parameters:
+    ///   - name: The node's name, for failure paths.
+    ///   - asyncItems: Maps the parent's output to this node's items; an error it throws fails the node.
+    ///   - operation: Makes the operation for one item (called again for each retry attempt).
+    public init<Item: Sendable>(
+        _ name: String,
+        asyncItems: @escaping @Sendable (Input) async throws -> [Item],
+        operation: @escaping @Sendable (Item) -> ResultOperation<Output>
+    ) {
+        self.name = name
+        expand = { input in try await asyncItems(input).map { item in { operation(item) } } }
+    }
+
+    /// Creates a node with one operation for its input.
+    ///
+    /// - Parameters:
+    ///   - name: The node's name, for failure paths.
+    ///   - operation: Makes the operation for the input (called again for each retry attempt).
+    public convenience init(_ name: String, operation: @escaping @Sendable (Input) -> ResultOperation<Output>) {
+        self.init(name, items: { [$0] }, operation: operation)
+    }
+
+    /// Adds a child node, which receives every output of this node's operations.
+    ///
+    /// - Parameter child: A node whose input is this node's output.
+    public func addChild<ChildOutput>(_ child: TreeNode<Output, ChildOutput>) {
+        configuration.withLock { $0.children.append(AnyTreeNode(child)) }
+    }
+
+    /// Runs each of this node's operations up to `attempts` times in all (through ``RetryOperation``).
+    ///
+    /// - Parameters:
+    ///   - attempts: The total number of attempts per operation, at least 1.
+    ///   - delay: The wait between attempts.
+    public func retry(attempts: Int, delay: RetryDelay = .none) {
+        configuration.withLock {
+            $0.attempts = attempts
+            $0.delay = delay
+        }
+    }
+
+    /// Adds a closure called with each output of this node's operations, as soon as it is produced.
+    ///
+    /// - Parameter observer: The closure.
+    public func onOutput(_ observer: @escaping @Sendable (Output) -> Void) {
+        configuration.withLock { $0.outputObservers.append(observer) }
+    }
+
+    /// Adds a closure called with an operation's output once that operation **and everything below
+    /// it** in the tree has finished.
+    ///
+    /// - Parameter observer: The closure.
+    public func onSubtreeFinished(_ observer: @escaping @Sendable (Output) -> Void) {
+        configuration.withLock { $0.subtreeObservers.append(observer) }
+    }
+
+    /// Expands `input` into operations and launches them; `scope` is the subtree they belong to.
+    func run(_ input: Input, path: [String], scope: TreeRun.Scope, in run: TreeRun) {
+        run.retain(scope)
+        let configuration = configuration.withLock { $0 }
+        Task {
+            defer { run.release(scope) }
+            guard !run.isCancelled else { return }
+            let makers: [@Sendable () -> ResultOperation<Output>]
+            do {
+                makers = try await expand(input)
+            } catch {
+                return run.record(path: path + [name], error: error)
+            }
+            for (index, make) in makers.enumerated() {
+                let itemPath = path + ["\(name)[\(index)]"]
+                let operation: ResultOperation<Output> = configuration.attempts == 1
+                    ? make()
+                    : RetryOperation(attempts: configuration.attempts, delay: configuration.delay) { _ in make() }
+                run.launch(operation, path: itemPath, parent: scope) { output, operationScope in
+                    for observer in configuration.outputObservers { observer(output) }
+                    for child in configuration.children { child.run(output, itemPath, operationScope, run) }
+                } subtreeFinished: { output in
+                    for observer in configuration.subtreeObservers { observer(output) }
+                }
+            }
+        }
+    }
+}
+
+/// A tree node seen through its input only, so that nodes of different outputs can be children.
+struct AnyTreeNode<Input: Sendable>: Sendable {
+    let run: @Sendable (Input, [String], TreeRun.Scope, TreeRun) -> Void
+
+    init<Output>(_ node: TreeNode<Input, Output>) {
+        run = { input, path, scope, treeRun in node.run(input, path: path, scope: scope, in: treeRun) }
+    }
+}

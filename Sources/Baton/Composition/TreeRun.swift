@@ -1,0 +1,120 @@
+import Foundation
+
+/// One run of an operation tree: its queue, the operations in flight, the failures, and a counter per
+/// subtree that says when that subtree (and, at the root, the whole tree) has finished.
+final class TreeRun: @unchecked Sendable {
+    /// A subtree: an operation and everything launched below it (the root scope is the whole tree).
+    struct Scope: Sendable, Hashable {
+        let id: Int
+    }
+
+    private struct Counter {
+        var pending: Int
+        let parent: Scope?
+        let finished: (@Sendable () -> Void)?
+    }
+
+    private struct State {
+        var counters: [Scope: Counter] = [:]
+        var nextID = 0
+        var live: [ObjectIdentifier: Operation] = [:]
+        var failures: [BatonError] = []
+        var isCancelled = false
+    }
+
+    let queue: OperationQueue
+    let progress = SerializedProgress()
+    private let state = Mutex(State())
+
+    init(maxConcurrentOperationCount: Int) {
+        queue = OperationQueue()
+        queue.name = "Baton tree"
+        queue.maxConcurrentOperationCount = maxConcurrentOperationCount
+    }
+
+    var isCancelled: Bool { state.withLock { $0.isCancelled } }
+    var failures: [BatonError] { state.withLock { $0.failures } }
+
+    /// Opens a scope that is finished when its own token and everything retained in it are released.
+    func open(parent: Scope?, finished: (@Sendable () -> Void)?) -> Scope {
+        state.withLock { state in
+            let scope = Scope(id: state.nextID)
+            state.nextID += 1
+            state.counters[scope] = Counter(pending: 1, parent: parent, finished: finished)
+            if let parent { state.counters[parent]?.pending += 1 }
+            return scope
+        }
+    }
+
+    func retain(_ scope: Scope) {
+        state.withLock { $0.counters[scope]?.pending += 1 }
+    }
+
+    /// Releases one token; a scope that reaches zero finishes and releases its parent, iteratively.
+    func release(_ scope: Scope) {
+        let finished: [@Sendable () -> Void] = state.withLock { state in
+            var finished = [@Sendable () -> Void]()
+            var current: Scope? = scope
+            while let scope = current, var counter = state.counters[scope] {
+                counter.pending -= 1
+                guard counter.pending == 0 else {
+                    state.counters[scope] = counter
+                    break
+                }
+                state.counters[scope] = nil
+                if let callback = counter.finished { finished.append(callback) }
+                current = counter.parent
+            }
+            return finished
+        }
+        for callback in finished { callback() }
+    }
+
+    func record(path: [String], error: any Error) {
+        state.withLock { $0.failures.append(.treeNodeFailed(path: path, underlying: error)) }
+    }
+
+    /// Runs `operation` in a new scope below `parent`; on success `succeeded` launches the children.
+    func launch<Output>(
+        _ operation: ResultOperation<Output>,
+        path: [String],
+        parent: Scope,
+        succeeded: @escaping @Sendable (Output, Scope) -> Void,
+        subtreeFinished: @escaping @Sendable (Output) -> Void
+    ) {
+        let box = Mutex<Output?>(nil)
+        let scope = open(parent: parent) {
+            if let output = box.withLock({ $0 }) { subtreeFinished(output) }
+        }
+        let cancelled = state.withLock { state -> Bool in
+            state.live[ObjectIdentifier(operation)] = operation
+            return state.isCancelled
+        }
+        progress.addChild(operation)
+        operation.observeCompletion { [self] in
+            state.withLock { _ = $0.live.removeValue(forKey: ObjectIdentifier(operation)) }
+            progress.childFinished(operation)
+            switch operation.result ?? .cancelled {
+            case .succeeded(let output):
+                box.withLock { $0 = output }
+                succeeded(output, scope)
+            case .failed(let error):
+                record(path: path, error: error)
+            case .cancelled:
+                if !isCancelled { record(path: path, error: CancellationError()) }
+            }
+            release(scope)
+        }
+        if cancelled { operation.cancel() }
+        if operation.isCancelled { operation.start() } else { queue.addOperation(operation) }
+    }
+
+    /// Cancels every operation in flight; expansions not yet made are skipped.
+    func cancel() {
+        let live: [Operation] = state.withLock { state in
+            state.isCancelled = true
+            return Array(state.live.values)
+        }
+        for operation in live { operation.cancel() }
+    }
+}

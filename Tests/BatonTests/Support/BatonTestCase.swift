@@ -1,0 +1,54 @@
+import Dispatch
+import Foundation
+import XCTest
+
+/// The base of every test class: it installs a watchdog that ends the test process, naming the test,
+/// when one test runs longer than `Watchdog.limit`. Every wait in the suite is bounded that way, even
+/// a Foundation `waitUntilFinished()` in a documentation example.
+class BatonTestCase: XCTestCase {
+    override class func setUp() {
+        super.setUp()
+        Watchdog.installOnce()
+    }
+}
+
+final class Watchdog: NSObject, XCTestObservation, @unchecked Sendable {
+    /// Generous: the slowest test takes a few seconds, ten times more under ThreadSanitizer.
+    static let limit: Double = ProcessInfo.processInfo.environment["BATON_TEST_WATCHDOG_SECONDS"].flatMap(Double.init) ?? 180
+
+    private static let shared = Watchdog()
+    private static let installed = Locked(false)
+    private let pending = Locked<DispatchWorkItem?>(nil)
+
+    static func installOnce() {
+        let first = installed.mutate { installed -> Bool in
+            defer { installed = true }
+            return !installed
+        }
+        if first { XCTestObservationCenter.shared.addTestObserver(shared) }
+    }
+
+    func testCaseWillStart(_ testCase: XCTestCase) {
+        let name = testCase.name
+        let alarm = DispatchWorkItem {
+            FileHandle.standardError.write(Data("\nwatchdog: \(name) ran longer than \(Watchdog.limit) s; a wait is stuck. Exiting.\n".utf8))
+            exit(3)
+        }
+        pending.mutate { $0 = alarm }
+        DispatchQueue.global().asyncAfter(deadline: .now() + Watchdog.limit, execute: alarm)
+    }
+
+    func testCaseDidFinish(_ testCase: XCTestCase) {
+        pending.mutate { alarm in
+            alarm?.cancel()
+            alarm = nil
+        }
+    }
+}
+
+/// Waits (bounded) until `operation` has finished.
+func waitFinished(_ operation: Operation, timeout: Double = testTimeout, file: StaticString = #filePath, line: UInt = #line) {
+    let done = Gate()
+    operation.observeCompletionForTests { done.open() }
+    done.wait(timeout: timeout, file: file, line: line)
+}
