@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 import PackageDescription
 
 let package = Package(
@@ -8,12 +8,21 @@ let package = Package(
         .library(name: "Baton", targets: ["Baton"]),
         .executable(name: "baton-demo", targets: ["baton-demo"]),
         .executable(name: "baton-bench", targets: ["baton-bench"]),
+        .plugin(name: "BatonScaffold", targets: ["BatonScaffold"]),
     ],
     targets: [
         .target(name: "Baton"),
         .executableTarget(name: "baton-demo", dependencies: ["Baton"]),
         .executableTarget(name: "baton-bench", dependencies: ["Baton"]),
-        .testTarget(name: "BatonTests", dependencies: ["Baton"]),
+        .plugin(
+            name: "BatonScaffold",
+            capability: .command(
+                intent: .custom(verb: "scaffold-operation", description: "Writes a new Baton operation subclass from Baton's templates"),
+                permissions: [.writeToPackageDirectory(reason: "It writes the new Swift file into one of your targets")]
+            ),
+            path: "Sources/BatonScaffold"
+        ),
+        .testTarget(name: "BatonTests", dependencies: ["Baton"], exclude: ["Templates/Golden"]),
     ],
     swiftLanguageModes: [.v6]
 )

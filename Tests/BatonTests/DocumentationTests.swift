@@ -2,7 +2,8 @@ import Foundation
 import XCTest
 
 /// Every Swift example in README.md and Docs/ must be compiled: this test finds each ```swift block
-/// in the example sources (the demo executable, Tests/BatonTests/Documentation/).
+/// in the example sources (the demo executable, Tests/BatonTests/Documentation/) or among the
+/// templates' golden files, which `.ci/scaffold-check` compiles as the plugin writes them.
 final class DocumentationTests: BatonTestCase {
     private let root = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
@@ -33,15 +34,16 @@ final class DocumentationTests: BatonTestCase {
         return blocks
     }
 
-    private func sources(in folder: String) throws -> [String] {
+    private func sources(in folder: String, suffix: String = ".swift") throws -> [String] {
         let directory = root.appendingPathComponent(folder)
         return try FileManager.default.contentsOfDirectory(atPath: directory.path)
-            .filter { $0.hasSuffix(".swift") }
+            .filter { $0.hasSuffix(suffix) }
             .map { try String(contentsOf: directory.appendingPathComponent($0), encoding: .utf8) }
     }
 
     func testEverySwiftExampleInTheDocsIsCompiled() throws {
-        let compiled = try (sources(in: "Sources/baton-demo") + sources(in: "Tests/BatonTests/Documentation"))
+        let compiled = try (sources(in: "Sources/baton-demo") + sources(in: "Tests/BatonTests/Documentation")
+            + sources(in: "Tests/BatonTests/Templates/Golden", suffix: ".swift.golden"))
             .map(normalized)
         let guides = try FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent("Docs").path)
             .filter { $0.hasSuffix(".md") }

@@ -1,0 +1,160 @@
+import Foundation
+
+/// The file templates in `Templates/` and how to render one, outside Xcode.
+///
+/// One source of truth: the scaffold-operation plugin and the tests render the very files that
+/// Xcode uses, reading each template's options (text fields and pop-ups, with their defaults) from
+/// its `TemplateInfo.plist`. The tests compile this file through a symlink, since a plugin cannot
+/// share a library target.
+enum TemplateCatalog {
+    /// What can be scaffolded: the plugin's `--kind` values and the template folders.
+    static let kinds: [(name: String, folder: String, isTest: Bool)] = [
+        ("async", "Baton Async Operation.xctemplate", false),
+        ("result", "Baton Result Operation.xctemplate", false),
+        ("transform", "Baton Transform Operation.xctemplate", false),
+        ("group", "Baton Group Operation.xctemplate", false),
+        ("sequence", "Baton Sequence Operation.xctemplate", false),
+        ("test", "Baton Operation Tests.xctemplate", true),
+    ]
+
+    static let templateFile = "___FILEBASENAME___.swift"
+
+    /// One option of a template, as its `TemplateInfo.plist` declares it.
+    struct Option: Equatable {
+        let identifier: String
+        let isPopup: Bool
+        let defaultValue: String?
+        let values: [String]
+    }
+
+    /// A template read from disk.
+    struct Template {
+        let kind: String
+        let folder: URL
+        let text: String
+        let options: [Option]
+        let isTest: Bool
+    }
+
+    /// Reads the template for `kind` from the `Templates` folder.
+    static func template(kind: String, in templates: URL) throws -> Template {
+        guard let entry = kinds.first(where: { $0.name == kind }) else {
+            throw ScaffoldError.unknownKind(kind, known: kinds.map(\.name))
+        }
+        let folder = templates.appendingPathComponent(entry.folder)
+        let text = try String(contentsOf: folder.appendingPathComponent(templateFile), encoding: .utf8)
+        let plistData = try Data(contentsOf: folder.appendingPathComponent("TemplateInfo.plist"))
+        guard let plist = try PropertyListSerialization.propertyList(from: plistData, format: nil) as? [String: Any],
+              let rawOptions = plist["Options"] as? [[String: Any]] else {
+            throw ScaffoldError.brokenTemplate(entry.folder, "TemplateInfo.plist has no Options")
+        }
+        let options = rawOptions.compactMap { option -> Option? in
+            guard let identifier = option["Identifier"] as? String, identifier != "productName" else { return nil }
+            return Option(
+                identifier: identifier,
+                isPopup: option["Type"] as? String == "popup",
+                defaultValue: option["Default"] as? String,
+                values: option["Values"] as? [String] ?? []
+            )
+        }
+        return Template(kind: kind, folder: folder, text: text, options: options, isTest: entry.isTest)
+    }
+
+    /// Renders `template` for a file named `name`, with `values` for its options (defaults fill the rest).
+    static func render(_ template: Template, name: String, values: [String: String]) throws -> String {
+        guard isIdentifier(name) else { throw ScaffoldError.notAnIdentifier(name) }
+        let known = Set(template.options.map(\.identifier))
+        if let unknown = values.keys.sorted().first(where: { !known.contains($0) }) {
+            throw ScaffoldError.unknownOption(unknown, kind: template.kind, known: template.options.map(\.identifier))
+        }
+        var text = template.text
+            .replacingOccurrences(of: "___FILEHEADER___", with: "\n//  \(name).swift\n//  Made from Baton's \(template.kind) template.\n//")
+            .replacingOccurrences(of: "___FILEBASENAMEASIDENTIFIER___", with: name)
+            .replacingOccurrences(of: "___FILEBASENAME___", with: name)
+        for option in template.options {
+            guard let value = values[option.identifier] ?? option.defaultValue else {
+                throw ScaffoldError.missingOption(option.identifier, kind: template.kind)
+            }
+            if option.isPopup {
+                guard option.values.contains(value) else {
+                    throw ScaffoldError.invalidValue(value, option: option.identifier, allowed: option.values)
+                }
+            } else if !isTypeName(value) {
+                throw ScaffoldError.invalidValue(value, option: option.identifier, allowed: ["a Swift type or identifier"])
+            }
+            text = text.replacingOccurrences(of: "___VARIABLE_\(option.identifier)___", with: value)
+        }
+        if let range = text.range(of: #"___[A-Za-z_:]+___"#, options: .regularExpression) {
+            throw ScaffoldError.brokenTemplate(template.folder.lastPathComponent, "unreplaced macro \(text[range])")
+        }
+        return text
+    }
+
+    private static let keywords: Set<String> = [
+        "associatedtype", "class", "deinit", "enum", "extension", "fileprivate", "func", "import", "init",
+        "inout", "internal", "let", "open", "operator", "private", "precedencegroup", "protocol", "public",
+        "rethrows", "static", "struct", "subscript", "typealias", "var", "break", "case", "catch", "continue",
+        "default", "defer", "do", "else", "fallthrough", "for", "guard", "if", "in", "repeat", "return",
+        "throw", "switch", "where", "while", "Any", "as", "await", "false", "is", "nil", "self", "Self",
+        "super", "throws", "true", "try", "some", "any",
+    ]
+
+    /// Whether `name` can name a Swift type: a letter or `_`, then letters, digits or `_`; no keyword.
+    static func isIdentifier(_ name: String) -> Bool {
+        guard let first = name.unicodeScalars.first, !keywords.contains(name) else { return false }
+        let head = CharacterSet.letters.union(CharacterSet(charactersIn: "_"))
+        let tail = head.union(.decimalDigits)
+        return head.contains(first) && name.unicodeScalars.allSatisfy(tail.contains)
+    }
+
+    /// Whether `type` looks like a Swift type: identifiers joined by `.`, with `<…>`, `[…]`, `?`, `,`.
+    static func isTypeName(_ type: String) -> Bool {
+        let allowed = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "_.<>[]?:, "))
+        let words = type.split(whereSeparator: { !($0.isLetter || $0.isNumber || $0 == "_") })
+        return !type.isEmpty && type.unicodeScalars.allSatisfy(allowed.contains)
+            && !type.contains("___") && words.allSatisfy { isIdentifier(String($0)) || $0 == "Any" }
+    }
+}
+
+/// What goes wrong when scaffolding, each naming the culprit.
+enum ScaffoldError: Error, CustomStringConvertible {
+    case unknownKind(String, known: [String])
+    case notAnIdentifier(String)
+    case unknownOption(String, kind: String, known: [String])
+    case missingOption(String, kind: String)
+    case invalidValue(String, option: String, allowed: [String])
+    case brokenTemplate(String, String)
+    case unknownTarget(String, known: [String])
+    case ambiguousTarget(known: [String])
+    case fileExists(String)
+    case usage(String)
+
+    var description: String {
+        "scaffold-operation: " + message
+    }
+
+    private var message: String {
+        switch self {
+        case .unknownKind(let kind, let known):
+            return "unknown kind '\(kind)'; use one of: \(known.joined(separator: ", "))"
+        case .notAnIdentifier(let name):
+            return "'\(name)' is not a Swift identifier: use letters, digits and _, not starting with a digit, and no keyword"
+        case .unknownOption(let option, let kind, let known):
+            return "the \(kind) template has no option '\(option)'; it has: \(known.isEmpty ? "none" : known.joined(separator: ", "))"
+        case .missingOption(let option, let kind):
+            return "the \(kind) template needs a value for '\(option)'"
+        case .invalidValue(let value, let option, let allowed):
+            return "'\(value)' is not a valid \(option); allowed: \(allowed.joined(separator: ", "))"
+        case .brokenTemplate(let folder, let problem):
+            return "template \(folder) is broken: \(problem)"
+        case .unknownTarget(let target, let known):
+            return "no target '\(target)' in this package; its targets: \(known.joined(separator: ", "))"
+        case .ambiguousTarget(let known):
+            return "this package has several targets; choose one with --target (\(known.joined(separator: ", ")))"
+        case .fileExists(let path):
+            return "\(path) exists; pass --overwrite to replace it"
+        case .usage(let message):
+            return message
+        }
+    }
+}

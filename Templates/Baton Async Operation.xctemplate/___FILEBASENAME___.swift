@@ -1,0 +1,40 @@
+//___FILEHEADER___
+
+import Baton
+import Foundation
+
+/// ___FILEBASENAMEASIDENTIFIER___: say in one line what this operation does.
+///
+/// Add it to an `OperationQueue`, or chain it with `queue.addChain(_:)`. It ends when `finish()` or
+/// `finish(throwing:)` is called, once, from any thread.
+final class ___FILEBASENAMEASIDENTIFIER___: AsyncOperation, @unchecked Sendable {
+    /// Creates the operation. Keep what `execute()` needs in `let` properties set here.
+    override init() {
+        super.init()
+        dependencyPolicy = .___VARIABLE_dependencyPolicy___
+    }
+
+    /// Starts the work. Baton calls it once, unless the operation was cancelled first.
+    override func execute() {
+        DispatchQueue.global().async {
+            guard !self.isCancelled else { return self.finish() }
+            do {
+                try self.perform()
+                self.finish()
+            } catch {
+                self.finish(throwing: error)
+            }
+        }
+    }
+
+    /// The work itself. Throw to fail the operation.
+    private func perform() throws {
+        // TODO: Do the work here.
+    }
+
+    /// Called when the operation is cancelled while it executes. Stop the work in flight (a task, a
+    /// timer, a process); the code that then calls `finish()` ends the operation cancelled.
+    override func didCancel() {
+        // TODO: Cancel the work started in execute(), if it can be interrupted.
+    }
+}

@@ -1,0 +1,1 @@
+../../../Sources/BatonScaffold/TemplateCatalog.swift
