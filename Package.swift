@@ -22,7 +22,7 @@ let package = Package(
             ),
             path: "Sources/BatonScaffold"
         ),
-        .testTarget(name: "BatonTests", dependencies: ["Baton"], exclude: ["Templates/Golden"]),
+        .testTarget(name: "BatonTests", dependencies: ["Baton", "baton-demo"], exclude: ["Templates/Golden"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,33 +1,13 @@
 import Baton
+import Dispatch
 import Foundation
 
-/// Rolls a die (always a four: it is a demo) on another thread, as real work would.
-final class Roll: ResultOperation<Int>, @unchecked Sendable {
-    override func execute() {
-        DispatchQueue.global().async { self.finish(with: 4) }
-    }
-}
+// baton-demo: audits a directory tree — every file read, checksummed and recorded — with Baton.
+//
+//   swift run baton-demo [DIRECTORY] [--concurrency N]
+//
+// The walk is a TreeOperation (one node recurses into subdirectories); each directory's files go
+// through a group of bounded concurrency, one chain per file: read → checksum → record. A live
+// progress line runs on standard error; Ctrl-C cancels cleanly and reports what finished.
 
-/// Squares its input.
-final class Square: TransformOperation<Int, Int>, @unchecked Sendable {
-    override func execute() {
-        guard let number = input else { return finish(throwing: BatonError.missingInput(operation: "Square")) }
-        finish(with: number * number)
-    }
-}
-
-/// Describes its input.
-final class Describe: TransformOperation<Int, String>, @unchecked Sendable {
-    override func execute() {
-        finish(with: "the square is \(input ?? 0)")
-    }
-}
-
-let queue = OperationQueue()
-let chain = try queue.addChain([Roll(), Square(), Describe()])
-print(try chain.wait(timeout: 5))
-print("\(chain.operations.count) operations, adapters included")
-
-struct DemoError: Error {}
-let failing = try queue.addChain([ResultBlockOperation<Int> { $0.finish(throwing: DemoError()) }, Square(), Describe()])
-print(try failing.wait(timeout: 5))
+exit(runDemo(CommandLine.arguments))

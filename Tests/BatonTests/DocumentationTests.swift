@@ -2,7 +2,7 @@ import Foundation
 import XCTest
 
 /// Every Swift example in README.md and Docs/ must be compiled: this test finds each ```swift block
-/// in the example sources (the demo executable, Tests/BatonTests/Documentation/) or among the
+/// in the example sources (Tests/BatonTests/Documentation/) or among the
 /// templates' golden files, which `.ci/scaffold-check` compiles as the plugin writes them.
 final class DocumentationTests: BatonTestCase {
     private let root = URL(fileURLWithPath: #filePath)
@@ -42,7 +42,7 @@ final class DocumentationTests: BatonTestCase {
     }
 
     func testEverySwiftExampleInTheDocsIsCompiled() throws {
-        let compiled = try (sources(in: "Sources/baton-demo") + sources(in: "Tests/BatonTests/Documentation")
+        let compiled = try (sources(in: "Tests/BatonTests/Documentation")
             + sources(in: "Tests/BatonTests/Templates/Golden", suffix: ".swift.golden"))
             .map(normalized)
         let guides = try FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent("Docs").path)

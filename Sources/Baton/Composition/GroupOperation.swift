@@ -100,10 +100,6 @@ open class GroupOperation: AsyncOperation, ProgressReporting, @unchecked Sendabl
 
 extension GroupOperation: ChildGroupOwner {
     func allChildrenDidFinish(errors: [any Error]) {
-        if errors.isEmpty {
-            finish()
-        } else {
-            finish(throwing: BatonError.childrenFailed(group: batonName, errors: errors))
-        }
+        conclude(errors.isEmpty ? .succeeded(nil) : .failed(BatonError.childrenFailed(group: batonName, errors: errors)))
     }
 }

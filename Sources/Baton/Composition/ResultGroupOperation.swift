@@ -88,7 +88,7 @@ extension ResultGroupOperation: ChildGroupOwner {
 
     func allChildrenDidFinish(errors: [any Error]) {
         guard errors.isEmpty else {
-            return finish(throwing: BatonError.childrenFailed(group: batonName, errors: errors))
+            return conclude(.failed(BatonError.childrenFailed(group: batonName, errors: errors)))
         }
         var outputs = [Element]()
         outputs.reserveCapacity(group.children.count)
@@ -99,6 +99,6 @@ extension ResultGroupOperation: ChildGroupOwner {
             }
             outputs.append(output)
         }
-        finish(with: outputs)
+        conclude(.succeeded(outputs))
     }
 }

@@ -102,7 +102,7 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
     private func attemptFinished(_ operation: ResultOperation<Output>, number: Int) {
         switch operation.result ?? .cancelled {
         case .succeeded(let output):
-            end { $0.finish(with: output) }
+            end { $0.conclude(.succeeded(output)) }
         case .cancelled:
             end { retry in
                 retry.cancel()
@@ -110,7 +110,7 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
             }
         case .failed(let error):
             guard !isCancelled, number < maximumAttempts, shouldRetry(error, number) else {
-                return end { $0.finish(throwing: error) }
+                return end { $0.conclude(.failed(error)) }
             }
             let wait = delay.seconds(beforeAttempt: number + 1)
             guard wait > 0 else { return launch(attempt: number + 1) }

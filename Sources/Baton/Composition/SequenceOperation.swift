@@ -211,19 +211,19 @@ open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting
         ProgressUpdates.flush()
         switch ending {
         case .failed(let error):
-            finish(throwing: error)
+            conclude(.failed(error))
         case .cancelled:
             cancel()
             finish()
         case .succeeded(let last):
             guard let value = last?.observedOutcome.output ?? nil else { return finish() }
             if let output = value as? Output {
-                finish(with: output)
+                conclude(.succeeded(output))
             } else if Output.self == Void.self {
                 finish()
             } else {
-                finish(throwing: BatonError.outputTypeMismatch(
-                    operation: batonName, expected: String(describing: Output.self), actual: String(describing: type(of: value))))
+                conclude(.failed(BatonError.outputTypeMismatch(
+                    operation: batonName, expected: String(describing: Output.self), actual: String(describing: type(of: value)))))
             }
         }
     }

@@ -69,9 +69,13 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: @unchecked Senda
 
     /// Adds a child node, which receives every output of this node's operations.
     ///
+    /// A node whose output is also its input may be its own child: the tree then recurses as deep as
+    /// the data goes (directories in directories), and the node does not keep itself alive.
+    ///
     /// - Parameter child: A node whose input is this node's output.
     public func addChild<ChildOutput>(_ child: TreeNode<Output, ChildOutput>) {
-        configuration.withLock { $0.children.append(AnyTreeNode(child)) }
+        let entry = child === (self as AnyObject) ? AnyTreeNode(recursing: child) : AnyTreeNode(child)
+        configuration.withLock { $0.children.append(entry) }
     }
 
     /// Runs each of this node's operations up to `attempts` times in all (through ``RetryOperation``).
@@ -136,5 +140,10 @@ struct AnyTreeNode<Input: Sendable>: Sendable {
 
     init<Output>(_ node: TreeNode<Input, Output>) {
         run = { input, path, scope, treeRun in node.run(input, path: path, scope: scope, in: treeRun) }
+    }
+
+    /// A node as its own child: held weakly, so that it does not keep itself alive.
+    init<Output>(recursing node: TreeNode<Input, Output>) {
+        run = { [weak node] input, path, scope, treeRun in node?.run(input, path: path, scope: scope, in: treeRun) }
     }
 }

@@ -62,8 +62,8 @@ public final class TreeOperation<Input: Sendable>: AsyncOperation, ProgressRepor
         let failures = run.failures
         switch failures.count {
         case 0: finish()
-        case 1: finish(throwing: failures[0])
-        default: finish(throwing: BatonError.treeFailed(failures: failures))
+        case 1: conclude(.failed(failures[0]))
+        default: conclude(.failed(BatonError.treeFailed(failures: failures)))
         }
     }
 }

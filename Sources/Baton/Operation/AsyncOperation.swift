@@ -81,6 +81,12 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         requestFinish(.failed(error), carriesResult: true)
     }
 
+    /// Finishes a composite with what its children produced. Cancellation wins, as for `finish`, but a
+    /// result that cancellation makes moot is not reported: the composite did nothing wrong.
+    func conclude(_ outcome: Outcome<Any?>) {
+        requestFinish(outcome, carriesResult: false)
+    }
+
     /// The outcome of `finish()` without an output; a typed operation overrides it.
     func plainFinishOutcome() -> Outcome<Any?> {
         .succeeded(nil)

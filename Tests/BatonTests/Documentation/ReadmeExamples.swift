@@ -1,0 +1,45 @@
+// The example on the first screen of README.md, verbatim (DocumentationTests checks that it is here).
+
+import XCTest
+import Baton
+import Foundation
+
+/// Rolls a die (always a four: it is a demo) on another thread, as real work would.
+final class Roll: ResultOperation<Int>, @unchecked Sendable {
+    override func execute() {
+        DispatchQueue.global().async { self.finish(with: 4) }
+    }
+}
+
+/// Squares its input.
+final class Square: TransformOperation<Int, Int>, @unchecked Sendable {
+    override func execute() {
+        guard let number = input else { return finish(throwing: BatonError.missingInput(operation: "Square")) }
+        finish(with: number * number)
+    }
+}
+
+/// Describes its input.
+final class Describe: TransformOperation<Int, String>, @unchecked Sendable {
+    override func execute() {
+        finish(with: "the square is \(input ?? 0)")
+    }
+}
+
+final class ReadmeExamples: BatonTestCase {
+    func testTheFirstExamplePrintsWhatTheReadmeShows() throws {
+        let queue = OperationQueue()
+        let chain = try queue.addChain([Roll(), Square(), Describe()])
+        print(try chain.wait(timeout: 5))
+        print("\(chain.operations.count) operations, adapters included")
+
+        struct DemoError: Error {}
+        let failing = try queue.addChain([ResultBlockOperation<Int> { $0.finish(throwing: DemoError()) }, Square(), Describe()])
+        print(try failing.wait(timeout: 5))
+
+        // The README's "Output" block, line by line.
+        XCTAssertEqual("\(try chain.wait(timeout: 5))", "succeeded(the square is 16)")
+        XCTAssertEqual("\(chain.operations.count) operations, adapters included", "5 operations, adapters included")
+        XCTAssertEqual("\(try failing.wait(timeout: 5))", "failed(DemoError())")
+    }
+}
