@@ -156,6 +156,75 @@ func rawChain(oneByOne: Bool) -> Workload {
     }
 }
 
+let batonGroup: Workload = { n in
+    let group = GroupOperation(operations: (0..<n).map { _ in AsyncBlockOperation { $0.finish() } })
+    let outcome = try group.runAndWait(on: OperationQueue(), timeout: 600)
+    guard outcome.isSucceeded else { throw BenchmarkFailure(description: "group of \(n) ended \(outcome)") }
+}
+
+let batonSequence: Workload = { n in
+    var steps: [Operation] = [ResultBlockOperation<Int> { $0.finish(with: 0) }]
+    steps.reserveCapacity(n)
+    for _ in 1..<max(n, 2) { steps.append(TransformBlockOperation<Int, Int> { $0.finish(with: $0.input! + 1) }) }
+    let sequence = SequenceOperation<Int>(operations: steps)
+    steps = []
+    let value = try sequence.runAndWaitForOutput(on: OperationQueue(), timeout: 3_600)
+    guard value == max(n, 2) - 1 else { throw BenchmarkFailure(description: "sequence of \(n) produced \(value)") }
+}
+
+/// The number of nodes in a tree of fan-out 10 whose depth makes it closest to `n` (depth 4: 11,111).
+func treeDepth(for n: Int) -> Int {
+    var depth = 0
+    var nodes = 1
+    var level = 1
+    while nodes < n {
+        level *= 10
+        nodes += level
+        depth += 1
+    }
+    return depth
+}
+
+let batonTree: Workload = { n in
+    let depth = treeDepth(for: n)
+    let count = Counter()
+    let root = TreeNode<Int, Int>("level0") { level in ResultBlockOperation { count.add(); $0.finish(with: level) } }
+    var parent = root
+    for level in 1...max(depth, 1) {
+        let node = TreeNode<Int, Int>("level\(level)", items: { _ in Array(repeating: level, count: 10) }) { level in
+            ResultBlockOperation { count.add(); $0.finish(with: level) }
+        }
+        parent.addChild(node)
+        parent = node
+    }
+    let outcome = try TreeOperation(root: root, input: 0).runAndWait(on: OperationQueue(), timeout: 600)
+    let expected = (0...max(depth, 1)).reduce(0) { total, level in total + Int(pow(10, Double(level))) }
+    guard outcome.isSucceeded, count.value == expected else {
+        throw BenchmarkFailure(description: "tree ended \(outcome) after \(count.value) of \(expected) nodes")
+    }
+}
+
+/// The same tree shape with GCD alone: each node is a block that dispatches its children.
+let dispatchTree: Workload = { n in
+    let depth = treeDepth(for: n)
+    let group = DispatchGroup()
+    let queue = DispatchQueue.global()
+    @Sendable func node(_ level: Int) {
+        guard level < depth else { return }
+        for _ in 0..<10 { queue.async(group: group) { node(level + 1) } }
+    }
+    queue.async(group: group) { node(0) }
+    guard group.wait(timeout: .now() + 600) == .success else { throw BenchmarkFailure(description: "GCD tree timed out") }
+}
+
+/// A thread-safe counter for the tree workload.
+final class Counter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    var value: Int { lock.withLock { count } }
+    func add() { lock.withLock { count += 1 } }
+}
+
 // MARK: - Runner
 
 let workloads: [String: Workload] = [
@@ -166,6 +235,10 @@ let workloads: [String: Workload] = [
     "baton-chain": batonChain,
     "raw-chain-one-call": rawChain(oneByOne: false),
     "raw-chain-one-by-one": rawChain(oneByOne: true),
+    "baton-group": batonGroup,
+    "baton-sequence": batonSequence,
+    "baton-tree": batonTree,
+    "GCD-tree": dispatchTree,
 ]
 
 // A child process runs one workload once and prints "seconds peak_mib": each measurement gets a
@@ -232,6 +305,12 @@ let comparisons = [
     Comparison(workload: "chain", baton: "baton-chain",
                baselines: [("BlockOperation", options.independentLimit), ("raw-chain-one-call", options.rawLimit),
                            ("raw-chain-one-by-one", options.rawLimit)]),
+    Comparison(workload: "group", baton: "baton-group",
+               baselines: [("BlockOperation", options.independentLimit), ("DispatchGroup", .max)]),
+    Comparison(workload: "sequence", baton: "baton-sequence",
+               baselines: [("BlockOperation", options.independentLimit), ("baton-chain", .max)]),
+    Comparison(workload: "tree", baton: "baton-tree",
+               baselines: [("GCD-tree", .max), ("BlockOperation", options.independentLimit)]),
 ]
 
 if options.csv { print("workload,n,baton_seconds,baseline,baseline_seconds,ratio,peak_rss_mib") } else {
@@ -239,12 +318,13 @@ if options.csv { print("workload,n,baton_seconds,baseline,baseline_seconds,ratio
 }
 do {
     for comparison in comparisons where options.only == nil || options.only == comparison.workload {
-        var sizes = options.sizes
+        var sizes = comparison.workload == "tree" ? [11_111] : options.sizes
         if options.million && comparison.workload == "chain" { sizes.append(1_000_000) }
         for n in sizes {
             let baton = try measure(comparison.baton, n: n)
             for baseline in comparison.baselines {
                 let base = n <= baseline.limit ? try measure(baseline.name, n: n) : (Double.nan, Double.nan)
+                // The tree's BlockOperation baseline has as many operations as the tree has nodes.
                 let row = Row(workload: comparison.workload, n: n, baton: baton, baseline: baseline.name, base: base)
                 if options.csv {
                     print("\(row.workload),\(n),\(row.baton.seconds),\(row.baseline),\(row.base.seconds),\(row.ratio),\(row.baton.peak)")

@@ -23,6 +23,7 @@ extension AsyncOperation {
         /// A `finish` that arrived before `start()`; applied when the operation starts.
         var earlyOutcome: Outcome<Any?>?
         var policy: DependencyPolicy = .skipOnFailureOrCancellation
+        var timeout: Double?
         var upstreamError: (any Error)?
         var input: Any?
         weak var delegate: (any AsyncOperationDelegate)?
@@ -70,6 +71,7 @@ extension AsyncOperation {
         let delegate: (any AsyncOperationDelegate)?
         let observers: [@Sendable () -> Void]
         let tap: (@Sendable (Notification) -> Void)?
+        let timeout: Double?
     }
 
     // MARK: - Transitions (all callbacks and notifications outside the lock)

@@ -139,7 +139,8 @@ open class AsyncOperation: Operation, @unchecked Sendable {
                 return .skip(state.beginFinishing(.failed(failure), wasExecuting: false))
             }
             state.phase = .executing
-            let effects = StartEffects(delegate: state.delegate, observers: state.startObservers, tap: state.notificationTap)
+            let effects = StartEffects(delegate: state.delegate, observers: state.startObservers, tap: state.notificationTap,
+                                       timeout: state.timeout)
             state.startObservers = []
             return .execute(effects, notReady: !ready)
         }
@@ -156,6 +157,7 @@ open class AsyncOperation: Operation, @unchecked Sendable {
             announce(.didChange(Self.isExecutingKey), effects.tap)
             effects.delegate?.operationDidStart(self)
             for observer in effects.observers { observer() }
+            if let timeout = effects.timeout { armTimeout(after: timeout) }
             execute()
         }
     }
@@ -209,6 +211,26 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     /// How the operation ended, or `nil` until it has finished.
     public final var outcome: Outcome<Void>? {
         storedOutcome?.map { _ in () }
+    }
+
+    /// The longest the operation may execute, in seconds, or `nil` (the default) for no limit.
+    ///
+    /// When it runs out while the operation is still executing, Baton reports
+    /// ``Diagnostic/Kind/timedOut`` and cancels the operation, which then finishes cancelled (through
+    /// ``didCancel()``, as any cancellation). Set it before the operation starts.
+    public final var timeout: Double? {
+        get { core.withLock { $0.timeout } }
+        set { core.withLock { $0.timeout = newValue } }
+    }
+
+    private func armTimeout(after seconds: Double) {
+        DispatchQueue.global().asyncAfter(deadline: .now() + max(0, seconds)) { [weak self] in
+            guard let self else { return }
+            let overdue = self.core.withLock { $0.phase == .executing && $0.outcome == nil && !$0.isCancelled }
+            guard overdue else { return }
+            Diagnostics.report(.timedOut, self)
+            self.cancel()
+        }
     }
 
     /// What `start()` does when a dependency did not succeed. Default:

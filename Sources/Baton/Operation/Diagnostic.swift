@@ -21,6 +21,8 @@ public struct Diagnostic: Sendable, CustomStringConvertible {
         case inputAfterStart
         /// `execute()` was not overridden.
         case executeNotOverridden
+        /// The operation was still executing when its ``AsyncOperation/timeout`` ran out; it was cancelled.
+        case timedOut
     }
 
     /// What went wrong.
@@ -52,6 +54,7 @@ public struct Diagnostic: Sendable, CustomStringConvertible {
         case .startedWhileNotReady: what = "start() called before its dependencies finished; running anyway"
         case .inputAfterStart: what = "input set after start; ignored"
         case .executeNotOverridden: what = "execute() not overridden; failing"
+        case .timedOut: what = "still executing when its timeout ran out; cancelled"
         }
         return "Baton: \(operationName): \(what)"
     }

@@ -14,9 +14,9 @@ extension Operation {
         }
         let previous = completionBlock
         completionBlock = { [weak self] in
+            self?.completionBlock = previous
             previous?()
             body()
-            self?.completionBlock = previous
         }
     }
 
