@@ -4,18 +4,6 @@ import XCTest
 @testable import Baton
 
 final class AsyncOperationTests: BatonTestCase {
-    private var diagnostics: DiagnosticsRecorder!
-
-    override func setUp() {
-        super.setUp()
-        diagnostics = DiagnosticsRecorder()
-    }
-
-    override func tearDown() {
-        diagnostics.stop()
-        super.tearDown()
-    }
-
     // MARK: - Life cycle on a queue
 
     func testOnAQueueDependentsRunWaitsReturnCompletionBlocksRunAndCountDrops() {

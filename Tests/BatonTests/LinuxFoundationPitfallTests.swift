@@ -8,7 +8,7 @@ import XCTest
 ///
 /// | Foundation on Linux | Baton's answer | test |
 /// | --- | --- | --- |
-/// | not-ready operations in a queue cost O(N²) | a chain enqueues one stage at a time | `testAChainKeepsAtMostOneStageInTheQueue` (and the benchmark) |
+/// | not-ready operations in a queue cost O(N²) | a chain enqueues one stage at a time | `OperationQueueChainingTests.testAChainNeverHoldsMoreThanOneStageInTheQueue` (and the benchmark) |
 /// | dependents are held unretained | the handle holds every operation until the chain is done | `testAChainWhoseEveryReferenceIsDroppedStillRuns` |
 /// | releasing ~40,000 dependent operations overflows the stack | chains drop finished edges | `OperationQueueChainingTests.testALongChainRunsAndIsReleasedWithoutRecursion` |
 /// | announcing isFinished before the queue started it crashes | `cancel()` and `finish()` before start never announce | `testCancelAndFinishBeforeStartOnAQueue` |
@@ -18,21 +18,6 @@ import XCTest
 /// | `waitUntilFinished`, `NSLock.lock()` unavailable in async code | `waitForOutcome()`, `value()` | `ConcurrencyTests` |
 /// | `isAsynchronous` is never read; `queue.progress` ignores `start()` overrides | Baton finishes by KVO; composites report their own `Progress` | `testProgressDoesNotDependOnTheQueue` |
 final class LinuxFoundationPitfallTests: BatonTestCase {
-    func testAChainKeepsAtMostOneStageInTheQueue() throws {
-        let queue = OperationQueue()
-        let largest = Locked(0)
-        var operations: [Operation] = [ResultBlockOperation<Int> { $0.finish(with: 0) }]
-        for _ in 0..<500 {
-            operations.append(TransformBlockOperation<Int, Int> { operation in
-                let count = queue.operationCount
-                largest.mutate { $0 = max($0, count) }
-                operation.finish(with: operation.input! + 1)
-            })
-        }
-        XCTAssertEqual(try queue.addChain(operations).wait(timeout: testTimeout).output as? Int, 500)
-        XCTAssertLessThanOrEqual(largest.value, 3)
-    }
-
     func testAChainWhoseEveryReferenceIsDroppedStillRuns() throws {
         let queue = OperationQueue()
         queue.isSuspended = true
@@ -107,80 +92,5 @@ final class LinuxFoundationPitfallTests: BatonTestCase {
         let group = finished(GroupOperation(operations: (0..<10).map { _ in AsyncBlockOperation { $0.finish() } }))
         XCTAssertEqual(group.progress.completedUnitCount, 10)
         XCTAssertFalse(group.isAsynchronous == false)
-    }
-}
-
-/// The misuse catalogue: each mistake and what Baton does about it (Docs/Performance.md lists them).
-final class MisuseTests: BatonTestCase {
-    private var diagnostics: DiagnosticsRecorder!
-
-    override func setUp() {
-        super.setUp()
-        diagnostics = DiagnosticsRecorder()
-    }
-
-    override func tearDown() {
-        diagnostics.stop()
-        super.tearDown()
-    }
-
-    func testFinishTwiceStartTwiceAndFinishBeforeStart() {
-        let operation = ManualOperation()
-        operation.finish(with: 1)
-        operation.finish(with: 2)
-        operation.start()
-        operation.start()
-        XCTAssertEqual(operation.output, 1)
-        XCTAssertEqual(diagnostics.kinds(for: operation), [.finishedTwice, .startedTwice])
-    }
-
-    func testOneOperationInTwoChainsIsRefused() throws {
-        let queue = OperationQueue()
-        queue.isSuspended = true
-        let shared = ManualOperation(name: "shared")
-        try queue.addChain([shared])
-        XCTAssertThrowsError(try OperationQueue().addChain([ManualOperation(), shared])) { error in
-            guard case BatonError.alreadyEnqueued("shared") = error else { return XCTFail("unexpected \(error)") }
-        }
-        shared.cancel()
-        queue.isSuspended = false
-    }
-
-    func testAChainHoldingAnExecutingOperationIsRefused() {
-        let running = ManualOperation(name: "running")
-        OperationQueue().addOperation(running)
-        running.started.wait()
-        XCTAssertThrowsError(try OperationQueue().addChain([running])) { error in
-            guard case BatonError.alreadyExecuting("running") = error else { return XCTFail("unexpected \(error)") }
-        }
-        running.finish(with: 0)
-    }
-
-    func testAnOperationThatNeverFinishesIsReportedAndCancelledByItsTimeout() {
-        let stuck = ManualOperation(name: "stuck", finishesOnCancel: true)
-        stuck.timeout = 0.05
-        let done = Gate()
-        stuck.whenFinished { done.open() }
-        OperationQueue().addOperation(stuck)
-        done.wait()
-        XCTAssertTrue(stuck.result?.isCancelled == true)
-        XCTAssertEqual(diagnostics.kinds(for: stuck), [.timedOut])
-    }
-
-    func testATimeoutThatDoesNotRunOutChangesNothing() {
-        let quick = ImmediateOperation(.success(4))
-        quick.timeout = 60
-        finished(quick)
-        XCTAssertEqual(quick.output, 4)
-        XCTAssertEqual(diagnostics.kinds(for: quick), [])
-    }
-
-    func testADependencyCycleIsRefused() {
-        let first = ManualOperation(name: "first")
-        let second = ManualOperation(name: "second")
-        first.addDependency(second)
-        XCTAssertThrowsError(try OperationQueue().addChain([first, second])) { error in
-            guard case BatonError.dependencyCycle(["first", "second", "first"]) = error else { return XCTFail("unexpected \(error)") }
-        }
     }
 }

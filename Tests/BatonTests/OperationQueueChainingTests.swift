@@ -33,18 +33,6 @@ private func counted<T>(_ value: T) -> (operation: ResultBlockOperation<T>, exec
 }
 
 final class OperationQueueChainingTests: BatonTestCase {
-    private var diagnostics: DiagnosticsRecorder!
-
-    override func setUp() {
-        super.setUp()
-        diagnostics = DiagnosticsRecorder()
-    }
-
-    override func tearDown() {
-        diagnostics.stop()
-        super.tearDown()
-    }
-
     // MARK: - Outputs
 
     func testOutputFlowsThroughThreeTypedStages() throws {

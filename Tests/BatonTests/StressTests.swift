@@ -45,18 +45,6 @@ private final class StressOperation: TransformOperation<Int, Int>, @unchecked Se
 }
 
 final class StressTests: BatonTestCase {
-    private var recorder: DiagnosticsRecorder!
-
-    override func setUp() {
-        super.setUp()
-        recorder = DiagnosticsRecorder()   // the finish-twice plans report; keep the log quiet
-    }
-
-    override func tearDown() {
-        recorder.stop()
-        super.tearDown()
-    }
-
     /// The seeds that run on every test run; `BATON_STRESS_SEED` replays one.
     private var seeds: [UInt64] {
         if let text = ProcessInfo.processInfo.environment["BATON_STRESS_SEED"], let seed = UInt64(text) { return [seed] }

@@ -27,9 +27,10 @@ public struct ChainAdapter: Sendable {
 
     /// Calls `transfer` with both neighbours when the upstream operation succeeded.
     ///
-    /// - Parameter transfer: Runs on the chain's queue, before the downstream operation starts. An
-    ///   error it throws fails the downstream operation (a plain Foundation operation is cancelled)
-    ///   and becomes the chain's outcome.
+    /// - Parameter transfer: Runs right after the upstream operation has finished, on the thread that
+    ///   finished it, before the downstream operation is enqueued; keep it quick (make slow work an
+    ///   operation of its own). An error it throws fails the downstream operation (a plain Foundation
+    ///   operation is cancelled) and becomes the chain's outcome.
     /// - Returns: The adapter.
     public static func custom(
         _ transfer: @escaping @Sendable (_ upstream: Operation, _ downstream: Operation) throws -> Void

@@ -81,8 +81,15 @@ public final class ChainHandle<Output>: @unchecked Sendable {
         }
         // The handle keeps itself alive until the last operation has finished.
         last.observeCompletion { self.complete() }
-        for case let adapter as AdapterOperation in operations {
-            adapter.whenFinished { [weak self] in self?.requestNextStage() }
+        // Each adapter runs as soon as the operation before it has finished, on that thread: its work
+        // is a handoff, not worth a trip through the queue (that halves the queue's work per stage).
+        var index = 1
+        while index < operations.count {
+            let upstream = operations[index - 1]
+            let adapter = operations[index]
+            upstream.observeCompletion { adapter.start() }
+            adapter.observeCompletion { [weak self] in self?.requestNextStage() }
+            index += 2
         }
         requestNextStage()
     }
@@ -196,28 +203,25 @@ public final class ChainHandle<Output>: @unchecked Sendable {
         }
     }
 
-    /// Stage `k` is the `k`-th user operation (at `2k`) and the adapter after it (at `2k + 1`).
+    /// Stage `k` is the `k`-th user operation (at `2k`); the adapter after it (at `2k + 1`) starts
+    /// when it finishes, and the adapter's end asks for stage `k + 1`.
     private func enqueue(stage: Int) {
-        let first = 2 * stage
-        guard first < operations.count else { return }
+        let index = 2 * stage
+        guard index < operations.count else { return }
         if stage > 0 {
             // Both ends of these edges have finished: drop them so that releasing a long chain
             // cannot recurse through `dependencies`.
-            operations[first - 1].removeDependency(operations[first - 2])
-            if first >= 3 { operations[first - 2].removeDependency(operations[first - 3]) }
+            operations[index - 1].removeDependency(operations[index - 2])
+            if index >= 3 { operations[index - 2].removeDependency(operations[index - 3]) }
         }
-        var batch = [Operation]()
-        batch.reserveCapacity(2)
-        for operation in operations[first..<min(first + 2, operations.count)] {
-            if operation.isCancelled && !(operation is AdapterOperation) {
-                // Never add a cancelled operation to a queue (it deadlocks behind a barrier);
-                // starting it here finishes it at once, with its dependency already finished.
-                operation.start()
-            } else {
-                batch.append(operation)
-            }
+        let operation = operations[index]
+        if operation.isCancelled {
+            // Never add a cancelled operation to a queue (it deadlocks behind a barrier); started
+            // here, it finishes at once, its dependency already finished.
+            operation.start()
+        } else {
+            queue.addOperation(operation)
         }
-        if !batch.isEmpty { queue.addOperations(batch, waitUntilFinished: false) }
     }
 
     private func complete() {

@@ -27,11 +27,20 @@ final class ChildGroup: @unchecked Sendable {
         var siblingsCancelled = false
     }
 
-    init(name: String, failurePolicy: GroupFailurePolicy, maxConcurrentOperationCount: Int) {
+    /// The first problem among the children given at creation (the owner fails with it at start).
+    /// Written once, in `init`, before the group is shared.
+    private(set) var configurationError: BatonError?
+
+    init(name: String, children: [Operation], failurePolicy: GroupFailurePolicy, maxConcurrentOperationCount: Int) {
         queue = OperationQueue()
         queue.name = "Baton group \(name)"
         queue.maxConcurrentOperationCount = maxConcurrentOperationCount
         self.failurePolicy = failurePolicy
+        var firstError: BatonError?
+        for child in children {
+            do { try add(child, owner: name) } catch { firstError = firstError ?? error }
+        }
+        configurationError = firstError
     }
 
     var children: [Operation] { state.withLock { $0.children } }

@@ -20,7 +20,6 @@ import Foundation
 /// ``childDidFinish(_:)``. Groups and sequences nest in each other to any depth.
 open class GroupOperation: AsyncOperation, ProgressReporting, @unchecked Sendable {
     let group: ChildGroup
-    private let configurationError: BatonError?
 
     /// Creates a group.
     ///
@@ -35,12 +34,8 @@ open class GroupOperation: AsyncOperation, ProgressReporting, @unchecked Sendabl
         failurePolicy: GroupFailurePolicy = .continueOnFailure,
         maxConcurrentOperationCount: Int = OperationQueue.defaultMaxConcurrentOperationCount
     ) {
-        group = ChildGroup(name: "GroupOperation", failurePolicy: failurePolicy, maxConcurrentOperationCount: maxConcurrentOperationCount)
-        var firstError: BatonError?
-        for operation in operations {
-            do { try group.add(operation, owner: "GroupOperation") } catch { firstError = firstError ?? error }
-        }
-        configurationError = firstError
+        group = ChildGroup(name: "GroupOperation", children: operations, failurePolicy: failurePolicy,
+                           maxConcurrentOperationCount: maxConcurrentOperationCount)
         super.init()
         group.owner = self
     }
@@ -94,7 +89,7 @@ open class GroupOperation: AsyncOperation, ProgressReporting, @unchecked Sendabl
     }
 
     override func preflightFailure(_ state: State) -> (any Error)? {
-        configurationError
+        group.configurationError
     }
 }
 

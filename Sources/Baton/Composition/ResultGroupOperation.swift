@@ -15,7 +15,6 @@ import Foundation
 /// failed, and finishes cancelled when a child was cancelled, since it then has no output to give.
 public final class ResultGroupOperation<Element>: ResultOperation<[Element]>, ProgressReporting, @unchecked Sendable {
     let group: ChildGroup
-    private let configurationError: BatonError?
 
     /// Creates a typed group.
     ///
@@ -29,12 +28,8 @@ public final class ResultGroupOperation<Element>: ResultOperation<[Element]>, Pr
         failurePolicy: GroupFailurePolicy = .continueOnFailure,
         maxConcurrentOperationCount: Int = OperationQueue.defaultMaxConcurrentOperationCount
     ) {
-        group = ChildGroup(name: "ResultGroupOperation", failurePolicy: failurePolicy, maxConcurrentOperationCount: maxConcurrentOperationCount)
-        var firstError: BatonError?
-        for operation in operations {
-            do { try group.add(operation, owner: "ResultGroupOperation") } catch { firstError = firstError ?? error }
-        }
-        configurationError = firstError
+        group = ChildGroup(name: "ResultGroupOperation", children: operations, failurePolicy: failurePolicy,
+                           maxConcurrentOperationCount: maxConcurrentOperationCount)
         super.init()
         group.owner = self
     }
@@ -79,7 +74,7 @@ public final class ResultGroupOperation<Element>: ResultOperation<[Element]>, Pr
     }
 
     override func preflightFailure(_ state: State) -> (any Error)? {
-        configurationError
+        group.configurationError
     }
 }
 

@@ -6,9 +6,22 @@ import XCTest
 /// when one test runs longer than `Watchdog.limit`. Every wait in the suite is bounded that way, even
 /// a Foundation `waitUntilFinished()` in a documentation example.
 class BatonTestCase: XCTestCase {
+    /// The diagnostics Baton reports during each test (the default handler would print them).
+    var diagnostics: DiagnosticsRecorder!
+
     override class func setUp() {
         super.setUp()
         Watchdog.installOnce()
+    }
+
+    override func setUp() {
+        super.setUp()
+        diagnostics = DiagnosticsRecorder()
+    }
+
+    override func tearDown() {
+        diagnostics.stop()
+        super.tearDown()
     }
 }
 
