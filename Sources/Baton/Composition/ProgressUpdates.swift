@@ -8,15 +8,23 @@ import Foundation
 /// waits on it while holding Baton's lock, and a composite flushes it before it finishes, so its
 /// progress is complete by the time it is.
 enum ProgressUpdates {
-    private static let queue = DispatchQueue(label: "Baton.ProgressUpdates")
+    private static let key = DispatchSpecificKey<Bool>()
+    private static let queue: DispatchQueue = {
+        let queue = DispatchQueue(label: "Baton.ProgressUpdates")
+        queue.setSpecific(key: key, value: true)
+        return queue
+    }()
 
     /// Applies `update` after every update submitted before it.
     static func apply(_ update: @escaping @Sendable () -> Void) {
         queue.async(execute: update)
     }
 
-    /// Waits until every update submitted so far has been applied.
+    /// Waits until every update submitted so far has been applied. Called from an update itself (a
+    /// progress observer on Apple platforms that cancels a composite, say), it returns at once instead
+    /// of waiting for itself.
     static func flush() {
+        guard DispatchQueue.getSpecific(key: key) != true else { return }
         queue.sync {}
     }
 }
