@@ -40,6 +40,8 @@ enum ChainValidation {
     /// One iterative depth-first walk over the existing dependencies (no recursion, each node once)
     /// computes for every node the highest chain position it can reach.
     private static func checkCycles(_ operations: [Operation]) throws(BatonError) {
+        // The common case: no operation has dependencies yet, so no cycle can close.
+        guard operations.contains(where: { !$0.dependencies.isEmpty }) else { return }
         var position = [ObjectIdentifier: Int]()
         position.reserveCapacity(operations.count)
         for (index, operation) in operations.enumerated() { position[ObjectIdentifier(operation)] = index }
