@@ -59,6 +59,9 @@ public final class ResultGroupOperation<Element>: ResultOperation<[Element]>, Pr
     /// Lets the group start children again.
     public func resume() { group.isSuspended = false }
 
+    /// Whether the group is suspended.
+    public var isSuspended: Bool { group.isSuspended }
+
     /// Launches the children.
     public override func execute() {
         if !group.start() { finish(with: []) }
