@@ -422,6 +422,23 @@ final class OperationQueueChainingTests: BatonTestCase {
         XCTAssertLessThanOrEqual(largest.value, 3, "an operation and its adapter (and the previous adapter finishing)")
     }
 
+    func testEveryDependencyIsWiredWhenAddChainReturns() throws {
+        // Wiring overlaps with the first stages' run; by the time addChain returns it is complete.
+        let queue = OperationQueue()
+        queue.isSuspended = true
+        var operations: [Operation] = [ResultBlockOperation<Int> { $0.finish(with: 0) }]
+        for _ in 0..<2_000 { operations.append(TransformBlockOperation<Int, Int> { $0.finish(with: $0.input! + 1) }) }
+        let handle = try queue.addChain(operations)
+        let stages = handle.operations
+        XCTAssertEqual(stages.count, 4_001)
+        for index in stride(from: 1, to: stages.count, by: 2) {
+            XCTAssertTrue(stages[index].dependencies.first === stages[index - 1], "adapter \(index) waits for the operation before it")
+            XCTAssertTrue(stages[index + 1].dependencies.first === stages[index], "operation \(index + 1) waits for its adapter")
+        }
+        queue.isSuspended = false
+        XCTAssertEqual(try handle.wait(timeout: testTimeout).output as? Int, 2_000)
+    }
+
     func testALongChainRunsAndIsReleasedWithoutRecursion() throws {
         // Foundation's own dependency chain overflows the stack near 40,000 when released.
         let count = 60_000

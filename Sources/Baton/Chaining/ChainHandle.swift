@@ -32,13 +32,15 @@ public final class ChainHandle<Output>: @unchecked Sendable {
         var requests = 0
         var isDriving = false
         var nextStage = 0
+        /// Stages whose dependencies and hooks are in place; only those may be enqueued.
+        var wiredStages = 0
         var firstFailure: (any Error)?
         var outcome: Outcome<Output>?
         var callbacks: [@Sendable (Outcome<Output>) -> Void] = []
         var waiters: [CheckedContinuation<UncheckedSendable<Outcome<Output>>, Never>] = []
     }
 
-    /// Builds the chain: adapters between neighbours, dependencies wired; nothing enqueued yet.
+    /// Builds the chain's operations, adapters between neighbours; nothing is wired or enqueued yet.
     init(
         operations userOperations: [Operation],
         adapter: ChainAdapter,
@@ -57,8 +59,6 @@ public final class ChainHandle<Output>: @unchecked Sendable {
             if index > 0 {
                 let upstream = userOperations[index - 1]
                 let link = AdapterOperation(upstream: upstream, downstream: operation, adapter: adapter, coordinator: coordinator)
-                link.addDependency(upstream)
-                operation.addDependency(link)
                 stages.append(link)
             }
             stages.append(operation)
@@ -73,7 +73,9 @@ public final class ChainHandle<Output>: @unchecked Sendable {
         func recordFailure(_ error: any Error) { handle?.recordFailure(error) }
     }
 
-    /// Starts the chain: the first stage is enqueued, the rest follow as their turn comes.
+    /// Wires the chain and starts it. Returns once every dependency is wired; the first stages may
+    /// already be running by then: stage `k` is enqueued only when it is wired, and wiring the rest
+    /// on the calling thread overlaps with the chain's run on the queue's threads.
     func launch() {
         guard let last = operations.last else {
             complete()
@@ -81,17 +83,44 @@ public final class ChainHandle<Output>: @unchecked Sendable {
         }
         // The handle keeps itself alive until the last operation has finished.
         last.observeCompletion { self.complete() }
-        // Each adapter runs as soon as the operation before it has finished, on that thread: its work
-        // is a handoff, not worth a trip through the queue (that halves the queue's work per stage).
-        var index = 1
-        while index < operations.count {
-            let upstream = operations[index - 1]
-            let adapter = operations[index]
-            upstream.observeCompletion { adapter.start() }
-            adapter.observeCompletion { [weak self] in self?.requestNextStage() }
-            index += 2
-        }
+        let stages = (operations.count + 1) / 2
+        wire(stage: 0)
+        publishWired(1)
         requestNextStage()
+        var stage = 1
+        while stage < stages {
+            let end = min(stages, stage + 256)
+            while stage < end {
+                wire(stage: stage)
+                stage += 1
+            }
+            publishWired(stage)
+        }
+    }
+
+    /// Stage `k`: the `k`-th operation depends on the adapter before it, the adapter after it depends
+    /// on it, and that adapter starts (on the finishing thread: its work is a handoff, not worth a
+    /// trip through the queue) as soon as the operation has finished, then asks for the next stage.
+    private func wire(stage: Int) {
+        let index = 2 * stage
+        let operation = operations[index]
+        if index > 0 { operation.addDependency(operations[index - 1]) }
+        guard index + 1 < operations.count else { return }
+        let adapter = operations[index + 1]
+        adapter.addDependency(operation)
+        operation.observeCompletion { adapter.start() }
+        adapter.observeCompletion { [weak self] in self?.requestNextStage() }
+    }
+
+    /// Records how many stages are wired, and drives the chain if it was waiting for them.
+    private func publishWired(_ count: Int) {
+        let resume = state.withLock { state -> Bool in
+            state.wiredStages = count
+            guard !state.isDriving, state.requests > 0, state.nextStage < count else { return false }
+            state.isDriving = true
+            return true
+        }
+        if resume { drive() }
     }
 
     // MARK: - Public API
@@ -181,16 +210,20 @@ public final class ChainHandle<Output>: @unchecked Sendable {
     /// Enqueues the next stage. Re-entrant calls (a cancelled operation finishing inside `start()`)
     /// only count a request; the one caller that drives loops, so nothing recurses.
     private func requestNextStage() {
-        let drive = state.withLock { state -> Bool in
+        let mustDrive = state.withLock { state -> Bool in
             state.requests += 1
             if state.isDriving { return false }
             state.isDriving = true
             return true
         }
-        guard drive else { return }
+        if mustDrive { drive() }
+    }
+
+    /// Enqueues stages while there are requests and wired stages; the one caller that drives loops.
+    private func drive() {
         while true {
             let stage: Int? = state.withLock { state in
-                guard state.requests > 0 else {
+                guard state.requests > 0, state.nextStage < state.wiredStages else {
                     state.isDriving = false
                     return nil
                 }
