@@ -15,10 +15,11 @@ import Foundation
 ///
 /// ## Linear on Linux
 /// Linux's `OperationQueue` walks every queued operation that is not ready on each add and finish,
-/// so a chain enqueued at once costs O(N²). A handle enqueues one stage (an operation and the
-/// adapter after it) at a time, when the stage before it is done, and drops each dependency edge
-/// once both ends have finished, so a chain of any length runs in linear time and is released
-/// without recursion. `dependencies` of chained operations are therefore empty after the chain.
+/// so a chain enqueued at once costs O(N²). A handle enqueues one operation at a time, when the one
+/// before it is done; the adapter in between runs on the thread that finished that operation. It
+/// drops each dependency edge once both ends have finished, so a chain of any length runs in linear
+/// time and is released without recursion. `dependencies` of chained operations are therefore empty
+/// after the chain.
 public final class ChainHandle<Output>: @unchecked Sendable {
     /// Every operation of the chain, in order, including the adapters between them.
     public let operations: [Operation]

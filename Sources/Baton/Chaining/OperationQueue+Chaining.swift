@@ -16,8 +16,9 @@ extension OperationQueue {
     /// ```
     ///
     /// A one-element array is enqueued as it is; an empty one gives a handle that has already
-    /// succeeded. Stages are enqueued one at a time as the chain advances, so the chain stays linear
-    /// in its length on Linux.
+    /// succeeded. Operations are enqueued one at a time as the chain advances, so the chain stays
+    /// linear in its length on Linux; adapters run on the thread that finished the operation before
+    /// them. The call returns once every dependency is wired (the first operations may already run).
     ///
     /// - Parameters:
     ///   - operations: The operations, in the order they run.
