@@ -264,7 +264,7 @@ let options = Options(CommandLine.arguments)
 
 func runChild(_ name: String, n: Int) throws -> (seconds: Double, peak: Double) {
     let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+    process.executableURL = Bundle.main.executableURL ?? URL(fileURLWithPath: CommandLine.arguments[0])
     process.arguments = ["--child", name, String(n)]
     let pipe = Pipe()
     process.standardOutput = pipe
