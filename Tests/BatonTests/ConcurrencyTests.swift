@@ -27,12 +27,7 @@ final class ConcurrencyTests: BatonTestCase {
     func testCancellingTheAwaitingTaskCancelsTheOperation() async {
         let operation = ManualOperation(finishesOnCancel: true)
         let task = Task { try await operation.value(on: OperationQueue()) }
-        await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
-                operation.started.wait()
-                continuation.resume()
-            }
-        }
+        await operation.started.waitAsync()
         task.cancel()
         let result = await task.result
         XCTAssertThrowsError(try result.get()) { XCTAssertTrue($0 is CancellationError) }
@@ -56,12 +51,7 @@ final class ConcurrencyTests: BatonTestCase {
             return 0
         }
         OperationQueue().addOperation(operation)
-        await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
-                entered.wait()
-                continuation.resume()
-            }
-        }
+        await entered.waitAsync()
         operation.cancel()
         let outcome = await operation.waitForOutcome()
         XCTAssertTrue(outcome.isCancelled)

@@ -484,12 +484,7 @@ final class OperationQueueChainingTests: BatonTestCase {
         let after = Increment()
         let handle = try queue.addChain([running, after])
         let task = Task { await handle.waitForOutcome().isCancelled }
-        await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
-                running.started.wait()
-                continuation.resume()
-            }
-        }
+        await running.started.waitAsync()
         task.cancel()
         let cancelled = await task.value
         XCTAssertTrue(cancelled)

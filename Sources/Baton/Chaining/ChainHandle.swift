@@ -248,14 +248,7 @@ public final class ChainHandle<Output>: @unchecked Sendable {
             operations[index - 1].removeDependency(operations[index - 2])
             if index >= 3 { operations[index - 2].removeDependency(operations[index - 3]) }
         }
-        let operation = operations[index]
-        if operation.isCancelled {
-            // Never add a cancelled operation to a queue (it deadlocks behind a barrier); started
-            // here, it finishes at once, its dependency already finished.
-            operation.start()
-        } else {
-            queue.addOperation(operation)
-        }
+        queue.launch(operations[index])
     }
 
     private func complete() {

@@ -83,15 +83,10 @@ final class ChildGroup: @unchecked Sendable {
     }
 
     private func launch(_ children: [Operation]) {
-        var ready = [Operation]()
-        ready.reserveCapacity(children.count)
         for child in children {
             child.observeCompletion { self.childFinished(child) }
-            // A cancelled operation never enters a queue (it deadlocks one with a barrier): started
-            // here, it finishes at once without executing.
-            if child.isCancelled { child.start() } else { ready.append(child) }
         }
-        if !ready.isEmpty { queue.addOperations(ready, waitUntilFinished: false) }
+        queue.launch(children)
     }
 
     private func childFinished(_ child: Operation) {

@@ -27,10 +27,16 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
     private let attempts = Mutex(Attempts())
     private let serializedProgress = SerializedProgress()
 
+    private enum Phase {
+        case attempting
+        case waiting
+        case done
+    }
+
     private struct Attempts {
         var made: [ResultOperation<Output>] = []
-        var isWaiting = false
-        var isDone = false
+        /// Where the retry is: running an attempt, waiting before the next one, or done.
+        var phase = Phase.attempting
     }
 
     /// Creates a retry.
@@ -71,7 +77,7 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
 
     /// Cancels the running attempt, or ends the wait between attempts.
     public override func didCancel() {
-        let (current, waiting) = attempts.withLock { ($0.made.last, $0.isWaiting) }
+        let (current, waiting) = attempts.withLock { ($0.made.last, $0.phase == .waiting) }
         if waiting {
             end { $0.finish() }
         } else if let current, !current.isFinished {
@@ -87,8 +93,8 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
     private func launch(attempt number: Int) {
         let operation = makeAttempt(number)
         let launched = attempts.withLock { attempts -> Bool in
-            guard !attempts.isDone else { return false }
-            attempts.isWaiting = false
+            guard attempts.phase != .done else { return false }
+            attempts.phase = .attempting
             attempts.made.append(operation)
             return true
         }
@@ -96,7 +102,7 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
         serializedProgress.set(completed: Int64(number))
         operation.observeCompletion { self.attemptFinished(operation, number: number) }
         if isCancelled { operation.cancel() }
-        if operation.isCancelled { operation.start() } else { queue.addOperation(operation) }
+        queue.launch(operation)
     }
 
     private func attemptFinished(_ operation: ResultOperation<Output>, number: Int) {
@@ -115,13 +121,13 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
             let wait = delay.seconds(beforeAttempt: number + 1)
             guard wait > 0 else { return launch(attempt: number + 1) }
             let waiting = attempts.withLock { attempts -> Bool in
-                guard !attempts.isDone else { return false }
-                attempts.isWaiting = true
+                guard attempts.phase != .done else { return false }
+                attempts.phase = .waiting
                 return true
             }
             guard waiting else { return }
             DispatchQueue.global().asyncAfter(deadline: .now() + wait) { [weak self] in
-                guard let self, self.attempts.withLock({ $0.isWaiting && !$0.isDone }) else { return }
+                guard let self, self.attempts.withLock({ $0.phase == .waiting }) else { return }
                 self.launch(attempt: number + 1)
             }
         }
@@ -130,9 +136,8 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
     /// Ends the retry once, whichever of an attempt, a cancellation or a timer gets here first.
     private func end(_ finishing: (RetryOperation<Output>) -> Void) {
         let first = attempts.withLock { attempts -> Bool in
-            guard !attempts.isDone else { return false }
-            attempts.isDone = true
-            attempts.isWaiting = false
+            guard attempts.phase != .done else { return false }
+            attempts.phase = .done
             return true
         }
         guard first else { return }

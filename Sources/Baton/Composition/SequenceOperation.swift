@@ -189,7 +189,7 @@ open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting
         guard launch else { return }
         if let upstream { Handoff.pass(from: upstream, to: next, adapter: adapter) }
         next.observeCompletion { self.advance(after: next) }
-        if next.isCancelled { next.start() } else { queue.addOperation(next) }
+        queue.launch(next)
     }
 
     private func stop(_ ending: Ending) {

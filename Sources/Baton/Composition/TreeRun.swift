@@ -106,7 +106,7 @@ final class TreeRun: @unchecked Sendable {
             release(scope)
         }
         if cancelled { operation.cancel() }
-        if operation.isCancelled { operation.start() } else { queue.addOperation(operation) }
+        queue.launch(operation)
     }
 
     /// Cancels every operation in flight; expansions not yet made are skipped.

@@ -11,6 +11,16 @@ final class Gate: Sendable {
     private let semaphore = DispatchSemaphore(value: 0)
     func open() { semaphore.signal() }
 
+    /// Waits for `open()` from async code, on a thread of its own; fails the test after `timeout`.
+    func waitAsync(timeout: Double = testTimeout, file: StaticString = #filePath, line: UInt = #line) async {
+        await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                self.wait(timeout: timeout, file: file, line: line)
+                continuation.resume()
+            }
+        }
+    }
+
     /// Waits for `open()`; fails the test after `timeout` seconds.
     @discardableResult
     func wait(timeout: Double = testTimeout, file: StaticString = #filePath, line: UInt = #line) -> Bool {
