@@ -266,7 +266,6 @@ public final class ChainHandle<Output>: @unchecked Sendable {
             return Finishing(outcome: outcome, callbacks: state.callbacks, waiters: state.waiters)
         }
         guard let finishing else { return }
-        ChainValidation.release(operations)
         // Callbacks first: whoever waits sees them done.
         for callback in finishing.callbacks { callback(finishing.outcome) }
         finished.leave()

@@ -1,12 +1,9 @@
 import Foundation
 
-/// Checks an array of operations before it becomes a chain, and remembers which operations chains
-/// hold, so that one operation cannot be in two chains at once.
+/// Checks an array of operations before it becomes a chain, and claims them all for it, so that one
+/// operation cannot be in two chains (or a chain and a composite, or a wait) at once.
 enum ChainValidation {
-    /// Operations held by unfinished chains; entries leave when their chain finishes.
-    private static let registry = Mutex(Set<ObjectIdentifier>())
-
-    /// Throws the first problem found; on success, every operation is registered to the caller.
+    /// Throws the first problem found; on success, every operation is claimed by the caller.
     static func validateAndClaim(_ operations: [Operation]) throws(BatonError) {
         var seen = Set<ObjectIdentifier>()
         seen.reserveCapacity(operations.count)
@@ -18,20 +15,7 @@ enum ChainValidation {
             if operation.isExecuting { throw .alreadyExecuting(operation: operation.batonName) }
         }
         try checkCycles(operations)
-        let taken: Operation? = registry.withLock { held in
-            if let clash = operations.first(where: { held.contains(ObjectIdentifier($0)) }) { return clash }
-            held.formUnion(seen)
-            return nil
-        }
-        if let taken { throw .alreadyEnqueued(operation: taken.batonName) }
-    }
-
-    /// Forgets the operations of a finished chain.
-    static func release(_ operations: [Operation]) {
-        let identifiers = operations.map(ObjectIdentifier.init)
-        registry.withLock { held in
-            for identifier in identifiers { held.remove(identifier) }
-        }
+        try Operation.claimAll(operations)
     }
 
     /// A chain makes each operation depend on every one before it. That closes a cycle exactly when

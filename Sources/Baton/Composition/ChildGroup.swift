@@ -2,6 +2,8 @@ import Foundation
 
 /// What a ``ChildGroup`` tells the operation that owns it.
 protocol ChildGroupOwner: AnyObject, Sendable {
+    /// Whether the owner was cancelled (a child added after that is cancelled before it is launched).
+    var isCancelled: Bool { get }
     /// One child finished (called before it is counted, so before the owner can finish).
     func childDidFinish(_ child: Operation)
     /// Every child has finished; `errors` are the children's failures in the order they happened.
@@ -12,7 +14,6 @@ protocol ChildGroupOwner: AnyObject, Sendable {
 /// still running. Children are launched when the owner executes, or at once when added later.
 final class ChildGroup: @unchecked Sendable {
     let queue: OperationQueue
-    let progress = SerializedProgress()
     let failurePolicy: GroupFailurePolicy
     weak var owner: (any ChildGroupOwner)?
     private let state = Mutex(State())
@@ -22,49 +23,92 @@ final class ChildGroup: @unchecked Sendable {
         var identities = Set<ObjectIdentifier>()
         var isStarted = false
         var isClosed = false
+        /// Cancelled: every child launched from now on is cancelled first, and suspension is over.
+        var isCancelled = false
         var running = 0
         var errors: [any Error] = []
         var siblingsCancelled = false
+        var progress = ProgressCount()
+        /// What the user asked with `suspend()`/`resume()`; cancellation overrides it.
+        var suspendRequested = false
+        /// Bumped whenever the queue's suspension must change, so that concurrent appliers converge.
+        var suspensionVersion = 0
+
+        var queueShouldBeSuspended: Bool { suspendRequested && !isCancelled }
     }
 
-    /// The first problem among the children given at creation (the owner fails with it at start).
-    /// Written once, in `init`, before the group is shared.
+    /// The first problem among the arguments and the children given at creation (the owner fails with
+    /// it at start). Written once, in `init`, before the group is shared.
     private(set) var configurationError: BatonError?
 
     init(name: String, children: [Operation], failurePolicy: GroupFailurePolicy, maxConcurrentOperationCount: Int) {
         queue = OperationQueue()
         queue.name = "Baton group \(name)"
-        queue.maxConcurrentOperationCount = maxConcurrentOperationCount
         self.failurePolicy = failurePolicy
-        var firstError: BatonError?
+        var firstError = ChildGroup.validate(maxConcurrentOperationCount: maxConcurrentOperationCount, owner: name)
+        if firstError == nil { queue.maxConcurrentOperationCount = maxConcurrentOperationCount }
         for child in children {
             do { try add(child, owner: name) } catch { firstError = firstError ?? error }
         }
         configurationError = firstError
     }
 
+    deinit {
+        // A child may itself be a composite holding its own children: release them in a loop, not
+        // by recursion through every level's `deinit`.
+        Trampoline.dispose(state.withLock { state in
+            defer { state.children = [] }
+            return state.children
+        })
+    }
+
+    /// `nil` when `count` is a concurrency an `OperationQueue` accepts and can make progress with.
+    static func validate(maxConcurrentOperationCount count: Int, owner: String) -> BatonError? {
+        guard count < 1 && count != OperationQueue.defaultMaxConcurrentOperationCount else { return nil }
+        return .invalidArgument(
+            operation: owner,
+            reason: "maxConcurrentOperationCount must be at least 1, or OperationQueue.defaultMaxConcurrentOperationCount; got \(count)")
+    }
+
     var children: [Operation] { state.withLock { $0.children } }
     var errors: [any Error] { state.withLock { $0.errors } }
+    var progress: Progress { state.withLock { $0.progress }.snapshot() }
 
-    /// Adds a child: kept until the group executes, launched at once if it already does.
+    /// Adds a child: kept until the group executes, launched at once if it already does (cancelled
+    /// first when the group was cancelled).
     func add(_ child: Operation, owner name: String) throws(BatonError) {
-        if child.isFinished { throw .alreadyFinished(operation: child.batonName) }
-        if child.isExecuting { throw .alreadyExecuting(operation: child.batonName) }
-        enum Verdict { case keep, launch, closed, duplicate }
+        let ownerCancelled = owner?.isCancelled ?? false
+        enum Verdict { case keep, launch(cancelled: Bool), closed, duplicate }
         let verdict: Verdict = state.withLock { state in
             if state.isClosed { return .closed }
-            guard state.identities.insert(ObjectIdentifier(child)).inserted else { return .duplicate }
-            state.children.append(child)
-            guard state.isStarted else { return .keep }
-            state.running += 1
-            return .launch
+            if state.identities.contains(ObjectIdentifier(child)) { return .duplicate }
+            return .keep
         }
         switch verdict {
         case .closed: throw .alreadyFinished(operation: name)
         case .duplicate: throw .duplicateOperation(operation: child.batonName)
-        case .keep: progress.addChild(child)
-        case .launch:
-            progress.addChild(child)
+        default: break
+        }
+        try child.claim()
+        let decided: Verdict = state.withLock { state in
+            if state.isClosed { return .closed }
+            guard state.identities.insert(ObjectIdentifier(child)).inserted else { return .duplicate }
+            state.children.append(child)
+            state.progress.total += 1
+            guard state.isStarted else { return .keep }
+            state.running += 1
+            return .launch(cancelled: state.isCancelled || ownerCancelled)
+        }
+        switch decided {
+        case .closed:
+            child.retire()
+            throw .alreadyFinished(operation: name)
+        case .duplicate:
+            throw .duplicateOperation(operation: child.batonName)
+        case .keep:
+            break
+        case .launch(let cancelled):
+            if cancelled { child.cancel() }
             launch([child])
         }
     }
@@ -92,9 +136,9 @@ final class ChildGroup: @unchecked Sendable {
     private func childFinished(_ child: Operation) {
         let outcome = child.observedOutcome
         owner?.childDidFinish(child)
-        progress.childFinished(child)
         let (cancel, finished): ([Operation], [any Error]?) = state.withLock { state in
             var cancel = [Operation]()
+            state.progress.completed += 1
             if case .failed(let error) = outcome {
                 state.errors.append(error)
                 if failurePolicy == .cancelSiblingsOnFailure && !state.siblingsCancelled {
@@ -108,15 +152,19 @@ final class ChildGroup: @unchecked Sendable {
             return (cancel, state.errors)
         }
         for sibling in cancel where !sibling.isFinished { sibling.cancel() }
-        if let finished {
-            ProgressUpdates.flush()
-            owner?.allChildrenDidFinish(errors: finished)
-        }
+        if let finished { owner?.allChildrenDidFinish(errors: finished) }
     }
 
-    /// Cancels every child that has not finished.
+    /// Cancels every child that has not finished, and every child added from now on. A suspended
+    /// queue is resumed: its cancelled children must start to finish.
     func cancelAll() {
+        let children: [Operation] = state.withLock { state in
+            state.isCancelled = true
+            state.suspensionVersion += 1
+            return state.children
+        }
         for child in children where !child.isFinished { child.cancel() }
+        applySuspension()
     }
 
     /// The owner finished without executing: its children will never be launched, so they are
@@ -126,11 +174,29 @@ final class ChildGroup: @unchecked Sendable {
             state.isClosed = true
             return state.isStarted ? [] : state.children
         }
-        for child in children { child.cancelAndRetire() }
+        for child in children { child.retire() }
     }
 
+    /// Whether the internal queue holds back children. Ignored once the group was cancelled.
     var isSuspended: Bool {
-        get { queue.isSuspended }
-        set { queue.isSuspended = newValue }
+        get { state.withLock { $0.queueShouldBeSuspended } }
+        set {
+            state.withLock { state in
+                state.suspendRequested = newValue
+                state.suspensionVersion += 1
+            }
+            applySuspension()
+        }
+    }
+
+    /// Makes the queue's suspension match the state. Foundation is not called under Baton's lock, so
+    /// two appliers may interleave: each re-applies until the version it applied is still current,
+    /// so the last write always carries the latest decision.
+    private func applySuspension() {
+        while true {
+            let (version, suspended) = state.withLock { ($0.suspensionVersion, $0.queueShouldBeSuspended) }
+            queue.isSuspended = suspended
+            if state.withLock({ $0.suspensionVersion == version }) { return }
+        }
     }
 }

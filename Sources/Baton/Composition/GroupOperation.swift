@@ -14,7 +14,10 @@ import Foundation
 /// - Cancelling the group cancels every child; the group then finishes cancelled once they have.
 /// - Children can be added while the group runs (``addChild(_:)``). An empty group succeeds at once.
 /// - ``suspend()`` stops the group from starting new children; ``resume()`` continues.
-/// - ``progress`` counts the finished children (composite children contribute their own progress).
+/// - ``progress`` counts the finished children (a composite child counts as one unit).
+/// - Cancelling the group also reaches children held back by ``suspend()``: it resumes the group so
+///   that they finish cancelled; a child added after the group was cancelled finishes cancelled
+///   without executing.
 ///
 /// Subclass it (TWGOperations' style) to add children in `init` and to react to each child in
 /// ``childDidFinish(_:)``. Groups and sequences nest in each other to any depth.
@@ -27,8 +30,10 @@ open class GroupOperation: AsyncOperation, ProgressReporting, @unchecked Sendabl
     ///   - operations: The children. Each must be pending and appear once; otherwise the group fails
     ///     at start with the ``BatonError`` that names the child.
     ///   - failurePolicy: Whether a failure cancels the other children. Default: carry on.
-    ///   - maxConcurrentOperationCount: How many children run at once. Default: as many as the
-    ///     system allows.
+    ///   - maxConcurrentOperationCount: How many children run at once: at least 1, or
+    ///     `OperationQueue.defaultMaxConcurrentOperationCount` (the default: as many as the system
+    ///     allows). Any other value fails the group at start with
+    ///     ``BatonError/invalidArgument(operation:reason:)``.
     public init(
         operations: [Operation] = [],
         failurePolicy: GroupFailurePolicy = .continueOnFailure,
@@ -40,8 +45,11 @@ open class GroupOperation: AsyncOperation, ProgressReporting, @unchecked Sendabl
         group.owner = self
     }
 
-    /// The children's progress: one unit per child.
-    public final var progress: Progress { group.progress.progress }
+    /// The children's progress: one unit per child, done when the child has finished.
+    ///
+    /// Each read returns a new `Progress` made from one consistent count (Linux's `Progress` is not
+    /// thread-safe, so Baton never hands out an object it is still updating). Read it again for news.
+    public final var progress: Progress { group.progress }
 
     /// The children, in the order they were added.
     public final var children: [Operation] { group.children }
@@ -54,12 +62,14 @@ open class GroupOperation: AsyncOperation, ProgressReporting, @unchecked Sendabl
     /// - Parameter child: A pending operation that is in no queue.
     /// - Throws: ``BatonError/alreadyFinished(operation:)`` when the group (or the child) has
     ///   finished, ``BatonError/duplicateOperation(operation:)`` when the child is already in the
-    ///   group, ``BatonError/alreadyExecuting(operation:)`` when the child is executing.
+    ///   group, ``BatonError/alreadyExecuting(operation:)`` when the child is executing,
+    ///   ``BatonError/alreadyEnqueued(operation:)`` when a chain, another composite or a wait holds it.
     public final func addChild(_ child: Operation) throws(BatonError) {
         try group.add(child, owner: batonName)
     }
 
-    /// Stops the group from starting more children (those running go on).
+    /// Stops the group from starting more children (those running go on). Ignored once the group was
+    /// cancelled.
     public final func suspend() { group.isSuspended = true }
 
     /// Lets the group start children again.
@@ -89,7 +99,7 @@ open class GroupOperation: AsyncOperation, ProgressReporting, @unchecked Sendabl
     }
 
     override func preflightFailure(_ state: State) -> (any Error)? {
-        group.configurationError
+        super.preflightFailure(state) ?? group.configurationError
     }
 }
 

@@ -21,8 +21,10 @@ public final class ResultGroupOperation<Element>: ResultOperation<[Element]>, Pr
     /// - Parameters:
     ///   - operations: The children; their outputs become the group's output, in this order.
     ///   - failurePolicy: Whether a failure cancels the other children. Default: carry on.
-    ///   - maxConcurrentOperationCount: How many children run at once. Default: as many as the
-    ///     system allows.
+    ///   - maxConcurrentOperationCount: How many children run at once: at least 1, or
+    ///     `OperationQueue.defaultMaxConcurrentOperationCount` (the default: as many as the system
+    ///     allows). Any other value fails the group at start with
+    ///     ``BatonError/invalidArgument(operation:reason:)``.
     public init(
         operations: [ResultOperation<Element>] = [],
         failurePolicy: GroupFailurePolicy = .continueOnFailure,
@@ -34,8 +36,11 @@ public final class ResultGroupOperation<Element>: ResultOperation<[Element]>, Pr
         group.owner = self
     }
 
-    /// The children's progress: one unit per child.
-    public var progress: Progress { group.progress.progress }
+    /// The children's progress: one unit per child, done when the child has finished.
+    ///
+    /// Each read returns a new `Progress` made from one consistent count (Linux's `Progress` is not
+    /// thread-safe, so Baton never hands out an object it is still updating). Read it again for news.
+    public var progress: Progress { group.progress }
 
     /// The children, in the order they were added (which is the order of the output).
     public var children: [ResultOperation<Element>] {
@@ -77,7 +82,7 @@ public final class ResultGroupOperation<Element>: ResultOperation<[Element]>, Pr
     }
 
     override func preflightFailure(_ state: State) -> (any Error)? {
-        group.configurationError
+        super.preflightFailure(state) ?? group.configurationError
     }
 }
 

@@ -10,7 +10,9 @@ import Foundation
 /// ```
 ///
 /// - `attempts` is the **total** number of attempts, the first included (`attempts: 1` never retries).
-/// - Each attempt is a new operation from `makeAttempt`, given the attempt number (1, 2, …).
+/// - Each attempt is a new operation from `makeAttempt`, given the attempt number (1, 2, …). An
+///   operation that is not fresh (returned twice, or held by a chain, a composite or a wait) fails the
+///   retry with ``BatonError/alreadyEnqueued(operation:)`` (or the error that says why).
 /// - `delay` waits between attempts; `shouldRetry` may stop early, given the error and the number of
 ///   the attempt that failed.
 /// - The outcome is the successful attempt's output, or the **last** attempt's error. An attempt that
@@ -25,7 +27,6 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
     private let makeAttempt: @Sendable (Int) -> ResultOperation<Output>
     private let queue = OperationQueue()
     private let attempts = Mutex(Attempts())
-    private let serializedProgress = SerializedProgress()
 
     private enum Phase {
         case attempting
@@ -37,6 +38,7 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
         var made: [ResultOperation<Output>] = []
         /// Where the retry is: running an attempt, waiting before the next one, or done.
         var phase = Phase.attempting
+        var progress = ProgressCount()
     }
 
     /// Creates a retry.
@@ -58,7 +60,14 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
         self.shouldRetry = shouldRetry
         self.makeAttempt = makeAttempt
         super.init()
-        serializedProgress.set(total: Int64(max(attempts, 0)))
+        self.attempts.withLock { $0.progress.total = Int64(max(attempts, 0)) }
+    }
+
+    deinit {
+        Trampoline.dispose(attempts.withLock { attempts in
+            defer { attempts.made = [] }
+            return attempts.made
+        })
     }
 
     /// Attempts made so far: the number of the attempt running or last run.
@@ -67,8 +76,9 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
     /// The operations of the attempts made so far, in order.
     public var attemptOperations: [ResultOperation<Output>] { attempts.withLock { $0.made } }
 
-    /// Attempts made against the total allowed.
-    public var progress: Progress { serializedProgress.progress }
+    /// Attempts made against the total allowed. Each read returns a new `Progress` made from one
+    /// consistent count.
+    public var progress: Progress { attempts.withLock { $0.progress }.snapshot() }
 
     /// Starts the first attempt.
     public override func execute() {
@@ -86,20 +96,27 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
     }
 
     override func preflightFailure(_ state: State) -> (any Error)? {
-        maximumAttempts >= 1 ? nil : BatonError.invalidArgument(
+        if let failure = super.preflightFailure(state) { return failure }
+        return maximumAttempts >= 1 ? nil : BatonError.invalidArgument(
             operation: batonName, reason: "attempts must be at least 1, got \(maximumAttempts)")
     }
 
     private func launch(attempt number: Int) {
         let operation = makeAttempt(number)
+        do {
+            try operation.claim()
+        } catch {
+            // The factory returned an operation that is not fresh (the same one twice, say).
+            return end { $0.conclude(.failed(error)) }
+        }
         let launched = attempts.withLock { attempts -> Bool in
             guard attempts.phase != .done else { return false }
             attempts.phase = .attempting
             attempts.made.append(operation)
+            attempts.progress.completed = Int64(number)
             return true
         }
-        guard launched else { return operation.cancelAndRetire() }
-        serializedProgress.set(completed: Int64(number))
+        guard launched else { return operation.retire() }
         operation.observeCompletion { self.attemptFinished(operation, number: number) }
         if isCancelled { operation.cancel() }
         queue.launch(operation)
@@ -141,7 +158,6 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
             return true
         }
         guard first else { return }
-        ProgressUpdates.flush()
         finishing(self)
     }
 }

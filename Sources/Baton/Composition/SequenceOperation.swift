@@ -22,49 +22,82 @@ import Foundation
 /// ```
 ///
 /// ``suspend()`` holds the next child back; ``resume()`` starts it. Cancelling the sequence cancels the
-/// running child. ``progress`` counts finished children. Sequences and groups nest to any depth.
+/// running child (a suspended sequence finishes cancelled at once); every step it took but did not
+/// run finishes cancelled. ``progress`` counts finished children. Sequences and groups nest to any
+/// depth.
 open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting, @unchecked Sendable {
     private enum Source {
-        case list([Operation])
-        case generator(first: Operation, next: @Sendable (Operation) -> Operation?)
+        case list
+        case generator(next: @Sendable (Operation) -> Operation?)
     }
 
     private struct Steps {
+        /// The list form's steps not taken yet (the generator form's first step), in order.
+        var untaken: [Operation?] = []
+        var nextUntaken = 0
         var launched: [Operation] = []
-        var listIndex = 0
         var current: Operation?
         var isSuspended = false
         /// A step that is due while the sequence is suspended: the next operation and the one before.
         var due: (next: Operation, upstream: Operation?)?
         var isDone = false
+        var progress = ProgressCount()
+
+        /// Takes the next untaken step, unless the sequence has stopped.
+        mutating func takeNext() -> Operation? {
+            guard !isDone, nextUntaken < untaken.count else { return nil }
+            defer {
+                untaken[nextUntaken] = nil
+                nextUntaken += 1
+            }
+            return untaken[nextUntaken]
+        }
+
+        /// Everything the sequence took, or will never take, that has not run: it must be retired.
+        mutating func stop() -> [Operation]? {
+            guard !isDone else { return nil }
+            isDone = true
+            current = nil
+            var unrun = untaken[nextUntaken...].compactMap { $0 }
+            untaken = []
+            nextUntaken = 0
+            if let due { unrun.append(due.next) }
+            due = nil
+            return unrun
+        }
     }
 
     private let source: Source
     private let adapter: ChainAdapter
     private let queue = OperationQueue()
-    private let steps = Mutex(Steps())
-    private let serializedProgress = SerializedProgress()
+    private let steps: Mutex<Steps>
     private let configurationError: BatonError?
 
     /// Creates a sequence of the given operations.
     ///
     /// - Parameters:
-    ///   - operations: The children, in the order they run. Each must be pending and appear once;
-    ///     otherwise the sequence fails at start with the ``BatonError`` that names the child.
+    ///   - operations: The children, in the order they run. Each must be pending, appear once, and be
+    ///     held by no chain, composite or wait; otherwise the sequence fails at start with the
+    ///     ``BatonError`` that names the child.
     ///   - adapter: What passes between neighbours; ``ChainAdapter/default`` forwards outputs into inputs.
     public init(operations: [Operation], adapter: ChainAdapter = .default) {
-        source = .list(operations)
+        source = .list
         self.adapter = adapter
-        var seen = Set<ObjectIdentifier>()
         var problem: BatonError?
-        for operation in operations where problem == nil {
-            if !seen.insert(ObjectIdentifier(operation)).inserted { problem = .duplicateOperation(operation: operation.batonName) }
-            else if operation.isFinished { problem = .alreadyFinished(operation: operation.batonName) }
-            else if operation.isExecuting { problem = .alreadyExecuting(operation: operation.batonName) }
+        var seen = Set<ObjectIdentifier>()
+        for operation in operations where !seen.insert(ObjectIdentifier(operation)).inserted {
+            problem = .duplicateOperation(operation: operation.batonName)
+            break
+        }
+        if problem == nil {
+            do { try Operation.claimAll(operations) } catch { problem = error }
         }
         configurationError = problem
+        var steps = Steps()
+        steps.untaken = problem == nil ? operations : []
+        steps.progress.total = Int64(operations.count)
+        self.steps = Mutex(steps)
         super.init()
-        for operation in operations { serializedProgress.addChild(operation) }
     }
 
     /// Creates a sequence whose next step is made from the previous operation once it has succeeded.
@@ -74,15 +107,32 @@ open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting
     ///   - adapter: What passes between neighbours; ``ChainAdapter/default`` forwards outputs into inputs.
     ///   - next: Given the operation that just succeeded, returns the next one, or `nil` to end the
     ///     sequence with that operation's output. It runs on the thread that finished the operation.
+    ///     A step it returns that a chain, composite or wait already holds fails the sequence with
+    ///     ``BatonError/alreadyEnqueued(operation:)``.
     public init(first: Operation, adapter: ChainAdapter = .default, next: @escaping @Sendable (Operation) -> Operation?) {
-        source = .generator(first: first, next: next)
+        source = .generator(next: next)
         self.adapter = adapter
-        configurationError = first.isFinished ? .alreadyFinished(operation: first.batonName) : nil
+        var problem: BatonError?
+        do { try first.claim() } catch { problem = error }
+        configurationError = problem
+        var steps = Steps()
+        steps.untaken = problem == nil ? [first] : []
+        steps.progress.total = 1
+        self.steps = Mutex(steps)
         super.init()
     }
 
-    /// The children's progress: one unit per child (for a generator, per child made so far).
-    public final var progress: Progress { serializedProgress.progress }
+    deinit {
+        // Steps may be composites holding their own children: release them in a loop.
+        Trampoline.dispose(steps.withLock { steps in
+            defer { steps = Steps() }
+            return (steps.untaken, steps.launched, steps.current, steps.due?.next)
+        })
+    }
+
+    /// The children's progress: one unit per child (for a generator, per child made so far), done
+    /// when the child has finished. Each read returns a new `Progress` made from one consistent count.
+    public final var progress: Progress { steps.withLock { $0.progress }.snapshot() }
 
     /// The children started so far, in order.
     public final var children: [Operation] { steps.withLock { $0.launched } }
@@ -126,14 +176,12 @@ open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting
     }
 
     override func didFinishWithoutExecuting() {
-        switch source {
-        case .list(let operations): operations.forEach { $0.cancelAndRetire() }
-        case .generator(let first, _): first.cancelAndRetire()
-        }
+        let unrun = steps.withLock { $0.stop() } ?? []
+        for operation in unrun { operation.retire() }
     }
 
     override func preflightFailure(_ state: State) -> (any Error)? {
-        configurationError
+        super.preflightFailure(state) ?? configurationError
     }
 
     // MARK: - Stepping
@@ -147,7 +195,7 @@ open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting
     /// Called when the sequence starts (`finished == nil`) and after each child.
     private func advance(after finished: Operation?) {
         if let finished {
-            serializedProgress.childFinished(finished)
+            steps.withLock { $0.progress.completed += 1 }
             switch finished.observedOutcome {
             case .failed(let error): return stop(.failed(error))
             case .cancelled: return stop(.cancelled)
@@ -155,60 +203,64 @@ open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting
             }
         }
         if isCancelled { return stop(.cancelled) }
-        guard let next = nextOperation(after: finished) else { return stop(.succeeded(last: finished)) }
-        proceed(to: next, after: finished)
-    }
-
-    private func nextOperation(after finished: Operation?) -> Operation? {
-        switch source {
-        case .list(let operations):
-            return steps.withLock { steps -> Operation? in
-                guard steps.listIndex < operations.count else { return nil }
-                defer { steps.listIndex += 1 }
-                return operations[steps.listIndex]
-            }
-        case .generator(let first, let next):
-            guard let finished else { return first }
-            guard let made = next(finished) else { return nil }
-            serializedProgress.addChild(made)
-            return made
+        switch nextOperation(after: finished) {
+        case .step(let next): proceed(to: next, after: finished)
+        case .end: stop(.succeeded(last: finished))
+        case .stopped: break
+        case .refused(let error): stop(.failed(error))
         }
     }
 
+    private enum Next {
+        case step(Operation)
+        case end
+        /// The sequence stopped meanwhile; nothing was taken.
+        case stopped
+        /// The generator returned an operation that something else holds.
+        case refused(BatonError)
+    }
+
+    private func nextOperation(after finished: Operation?) -> Next {
+        if let first = steps.withLock({ $0.takeNext() }) { return .step(first) }
+        guard case .generator(let next) = source, let finished else {
+            return steps.withLock { $0.isDone } ? .stopped : .end
+        }
+        guard let made = next(finished) else { return .end }
+        do { try made.claim() } catch { return .refused(error) }
+        steps.withLock { $0.progress.total += 1 }
+        return .step(made)
+    }
+
+    /// Launches `next`, unless the sequence stopped or is suspended meanwhile: one decision under the
+    /// lock, so a step is either launched, parked as due, or retired — never dropped.
+    private enum StepDecision { case launch, park, retire }
+
     private func proceed(to next: Operation, after upstream: Operation?) {
-        let launch = steps.withLock { steps -> Bool in
-            guard !steps.isDone else { return false }
+        let decision: StepDecision = steps.withLock { steps in
+            if steps.isDone { return .retire }
             if steps.isSuspended {
                 steps.due = (next, upstream)
-                return false
+                return .park
             }
             steps.current = next
             steps.launched.append(next)
-            return true
+            return .launch
         }
-        guard launch else { return }
-        if let upstream { Handoff.pass(from: upstream, to: next, adapter: adapter) }
-        next.observeCompletion { self.advance(after: next) }
-        queue.launch(next)
+        switch decision {
+        case .park:
+            break
+        case .retire:
+            next.retire()
+        case .launch:
+            if let upstream { Handoff.pass(from: upstream, to: next, adapter: adapter) }
+            next.observeCompletion { self.advance(after: next) }
+            queue.launch(next)
+        }
     }
 
     private func stop(_ ending: Ending) {
-        let unrun: [Operation]? = steps.withLock { steps in
-            guard !steps.isDone else { return nil }
-            steps.isDone = true
-            steps.current = nil
-            var unrun = [Operation]()
-            if case .list(let operations) = source, steps.listIndex < operations.count {
-                unrun = Array(operations[steps.listIndex...])
-                steps.listIndex = operations.count
-            }
-            if let due = steps.due { unrun.append(due.next) }
-            steps.due = nil
-            return unrun
-        }
-        guard let unrun else { return }
-        for operation in unrun { operation.cancelAndRetire() }
-        ProgressUpdates.flush()
+        guard let unrun = steps.withLock({ $0.stop() }) else { return }
+        for operation in unrun { operation.retire() }
         switch ending {
         case .failed(let error):
             conclude(.failed(error))

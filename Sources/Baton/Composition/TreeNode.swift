@@ -14,7 +14,7 @@ import Foundation
 /// ```
 ///
 /// Configure a node (children, callbacks, attempts) before its tree starts.
-public final class TreeNode<Input: Sendable, Output: Sendable>: @unchecked Sendable {
+public final class TreeNode<Input: Sendable, Output: Sendable>: TreeNodeGraph, @unchecked Sendable {
     /// The node's name, used in failure paths (`recipe[2]` is the third recipe's operation).
     public let name: String
     private let expand: @Sendable (Input) async throws -> [@Sendable () -> ResultOperation<Output>]
@@ -69,13 +69,21 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: @unchecked Senda
 
     /// Adds a child node, which receives every output of this node's operations.
     ///
-    /// A node whose output is also its input may be its own child: the tree then recurses as deep as
-    /// the data goes (directories in directories), and the node does not keep itself alive.
+    /// Nodes may form cycles: a node whose output is also its input may be its own child, and nodes
+    /// may recurse through each other (a → b → a); the tree then recurses as deep as the data goes
+    /// (directories in directories). An edge that closes a cycle holds its node weakly, so a cycle
+    /// of nodes does not keep itself alive; a ``TreeOperation`` holds every node it can reach while it
+    /// lives. Keep a reference to the root of a cyclic graph until you have made its tree.
     ///
     /// - Parameter child: A node whose input is this node's output.
     public func addChild<ChildOutput>(_ child: TreeNode<Output, ChildOutput>) {
-        let entry = child === (self as AnyObject) ? AnyTreeNode(recursing: child) : AnyTreeNode(child)
+        let closesCycle = TreeNodeWalk.reaches(self, from: child)
+        let entry = closesCycle ? AnyTreeNode(weak: child) : AnyTreeNode(child)
         configuration.withLock { $0.children.append(entry) }
+    }
+
+    var childNodes: [any TreeNodeGraph] {
+        configuration.withLock { $0.children.compactMap { $0.node() } }
     }
 
     /// Runs each of this node's operations up to `attempts` times in all (through ``RetryOperation``).
@@ -109,14 +117,18 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: @unchecked Senda
     func run(_ input: Input, path: [String], scope: TreeRun.Scope, in run: TreeRun) {
         run.retain(scope)
         let configuration = configuration.withLock { $0 }
-        Task {
+        let expand = self.expand
+        let name = self.name
+        run.expand {
             defer { run.release(scope) }
             guard !run.isCancelled else { return }
             let makers: [@Sendable () -> ResultOperation<Output>]
             do {
                 makers = try await expand(input)
             } catch {
-                return run.record(path: path + [name], error: error)
+                // A mapping cancelled with the tree is not a failure of its own.
+                if !run.isCancelled { run.record(path: path + [name], error: error) }
+                return
             }
             for (index, make) in makers.enumerated() {
                 let itemPath = path + ["\(name)[\(index)]"]
@@ -137,13 +149,60 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: @unchecked Senda
 /// A tree node seen through its input only, so that nodes of different outputs can be children.
 struct AnyTreeNode<Input: Sendable>: Sendable {
     let run: @Sendable (Input, [String], TreeRun.Scope, TreeRun) -> Void
+    /// The node, if it is still alive.
+    let node: @Sendable () -> (any TreeNodeGraph)?
 
     init<Output>(_ node: TreeNode<Input, Output>) {
         run = { input, path, scope, treeRun in node.run(input, path: path, scope: scope, in: treeRun) }
+        self.node = { node }
     }
 
-    /// A node as its own child: held weakly, so that it does not keep itself alive.
-    init<Output>(recursing node: TreeNode<Input, Output>) {
-        run = { [weak node] input, path, scope, treeRun in node?.run(input, path: path, scope: scope, in: treeRun) }
+    /// A node on an edge that closes a cycle: held weakly, so that the cycle does not keep itself
+    /// alive. A node freed before its tree was made is reported as a failure, not skipped silently.
+    init<Output>(weak node: TreeNode<Input, Output>) {
+        let name = node.name
+        run = { [weak node] input, path, scope, treeRun in
+            guard let node else {
+                return treeRun.record(path: path + [name], error: BatonError.invalidArgument(
+                    operation: name, reason: "this tree node closes a cycle and was freed before its tree ran; keep the cycle's root alive"))
+            }
+            node.run(input, path: path, scope: scope, in: treeRun)
+        }
+        self.node = { [weak node] in node }
+    }
+}
+
+/// The nodes of a tree as a graph, to find cycles and to hold every node while a tree lives.
+protocol TreeNodeGraph: AnyObject, Sendable {
+    /// The child nodes that are alive.
+    var childNodes: [any TreeNodeGraph] { get }
+}
+
+/// Walks of the node graph, without recursion.
+enum TreeNodeWalk {
+    /// Whether `target` can be reached from `start` (`start` itself included), walking without
+    /// recursion.
+    static func reaches(_ target: AnyObject, from start: any TreeNodeGraph) -> Bool {
+        var seen = Set<ObjectIdentifier>()
+        var stack: [any TreeNodeGraph] = [start]
+        while let node = stack.popLast() {
+            if node === target { return true }
+            guard seen.insert(ObjectIdentifier(node)).inserted else { continue }
+            stack.append(contentsOf: node.childNodes)
+        }
+        return false
+    }
+
+    /// Every node reachable from `root`, `root` included.
+    static func reachable(from root: any TreeNodeGraph) -> [AnyObject] {
+        var seen = Set<ObjectIdentifier>()
+        var nodes = [AnyObject]()
+        var stack: [any TreeNodeGraph] = [root]
+        while let node = stack.popLast() {
+            guard seen.insert(ObjectIdentifier(node)).inserted else { continue }
+            nodes.append(node)
+            stack.append(contentsOf: node.childNodes)
+        }
+        return nodes
     }
 }

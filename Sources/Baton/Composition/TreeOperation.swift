@@ -14,20 +14,27 @@ import Foundation
 ///   was cancelled on its own is recorded with its path (`["recipe[2]", "image[0]"]`). The tree goes on
 ///   with the other branches and then fails with ``BatonError/treeNodeFailed(path:underlying:)`` (one
 ///   failure) or ``BatonError/treeFailed(failures:)`` (several).
-/// - Cancelling the tree cancels every operation in flight and skips what is not launched yet.
+/// - Cancelling the tree cancels every operation in flight and every item mapping that is running
+///   (its task is cancelled), and skips what is not launched yet.
 /// - ``progress`` counts the tree's operations (its total grows as the tree unfolds).
 public final class TreeOperation<Input: Sendable>: AsyncOperation, ProgressReporting, @unchecked Sendable {
     private let root: AnyTreeNode<Input>
     private let input: Input
     private let run: TreeRun
+    /// Every node reachable from the root when the tree was made: a cycle of nodes holds the node
+    /// that closes it weakly, so the tree holds them all while it lives.
+    private let nodes: [AnyObject]
+    private let configurationError: BatonError?
 
     /// Creates a tree run.
     ///
     /// - Parameters:
     ///   - root: The top node; it receives `input`.
     ///   - input: What the root maps to its items.
-    ///   - maxConcurrentOperationCount: How many of the tree's operations run at once. Default: as many
-    ///     as the system allows.
+    ///   - maxConcurrentOperationCount: How many of the tree's operations run at once: at least 1, or
+    ///     `OperationQueue.defaultMaxConcurrentOperationCount` (the default: as many as the system
+    ///     allows). Any other value fails the tree at start with
+    ///     ``BatonError/invalidArgument(operation:reason:)``.
     public init<Output>(
         root: TreeNode<Input, Output>,
         input: Input,
@@ -35,12 +42,15 @@ public final class TreeOperation<Input: Sendable>: AsyncOperation, ProgressRepor
     ) {
         self.root = AnyTreeNode(root)
         self.input = input
-        run = TreeRun(maxConcurrentOperationCount: maxConcurrentOperationCount)
+        nodes = TreeNodeWalk.reachable(from: root)
+        configurationError = ChildGroup.validate(maxConcurrentOperationCount: maxConcurrentOperationCount, owner: "TreeOperation")
+        run = TreeRun(maxConcurrentOperationCount: maxConcurrentOperationCount, valid: configurationError == nil)
         super.init()
     }
 
-    /// The tree's operations: launched so far against finished.
-    public var progress: Progress { run.progress.progress }
+    /// The tree's operations: launched so far against finished. Each read returns a new `Progress`
+    /// made from one consistent count.
+    public var progress: Progress { run.progress }
 
     /// The failures recorded so far, each a ``BatonError/treeNodeFailed(path:underlying:)``.
     public var failures: [BatonError] { run.failures }
@@ -52,13 +62,16 @@ public final class TreeOperation<Input: Sendable>: AsyncOperation, ProgressRepor
         run.release(whole)
     }
 
-    /// Cancels every operation in flight.
+    /// Cancels every operation in flight, and every item mapping still running.
     public override func didCancel() {
         run.cancel()
     }
 
+    override func preflightFailure(_ state: State) -> (any Error)? {
+        super.preflightFailure(state) ?? configurationError
+    }
+
     private func treeFinished() {
-        ProgressUpdates.flush()
         let failures = run.failures
         switch failures.count {
         case 0: finish()

@@ -20,20 +20,46 @@ final class TreeRun: @unchecked Sendable {
         var live: [ObjectIdentifier: Operation] = [:]
         var failures: [BatonError] = []
         var isCancelled = false
+        var progress = ProgressCount()
+        /// The item mappings running now, cancelled with the tree.
+        var expansions: [Int: Task<Void, Never>] = [:]
+        /// Mappings that ended before they were registered (they must not be registered after).
+        var endedExpansions = Set<Int>()
+        var nextExpansion = 0
     }
 
     let queue: OperationQueue
-    let progress = SerializedProgress()
     private let state = Mutex(State())
 
-    init(maxConcurrentOperationCount: Int) {
+    init(maxConcurrentOperationCount: Int, valid: Bool) {
         queue = OperationQueue()
         queue.name = "Baton tree"
-        queue.maxConcurrentOperationCount = maxConcurrentOperationCount
+        if valid { queue.maxConcurrentOperationCount = maxConcurrentOperationCount }
     }
 
     var isCancelled: Bool { state.withLock { $0.isCancelled } }
     var failures: [BatonError] { state.withLock { $0.failures } }
+    var progress: Progress { state.withLock { $0.progress }.snapshot() }
+
+    /// Runs an item mapping in a task that the tree's cancellation cancels.
+    func expand(_ body: @escaping @Sendable () async -> Void) {
+        let id = state.withLock { state -> Int in
+            defer { state.nextExpansion += 1 }
+            return state.nextExpansion
+        }
+        let task = Task {
+            await body()
+            self.state.withLock { state in
+                if state.expansions.removeValue(forKey: id) == nil { state.endedExpansions.insert(id) }
+            }
+        }
+        let cancelNow = state.withLock { state -> Bool in
+            if state.endedExpansions.remove(id) != nil { return false }
+            state.expansions[id] = task
+            return state.isCancelled
+        }
+        if cancelNow { task.cancel() }
+    }
 
     /// Opens a scope that is finished when its own token and everything retained in it are released.
     func open(parent: Scope?, finished: (@Sendable () -> Void)?) -> Scope {
@@ -75,6 +101,7 @@ final class TreeRun: @unchecked Sendable {
     }
 
     /// Runs `operation` in a new scope below `parent`; on success `succeeded` launches the children.
+    /// An operation that is not fresh (a factory that returns one twice, say) is recorded as a failure.
     func launch<Output>(
         _ operation: ResultOperation<Output>,
         path: [String],
@@ -82,18 +109,25 @@ final class TreeRun: @unchecked Sendable {
         succeeded: @escaping @Sendable (Output, Scope) -> Void,
         subtreeFinished: @escaping @Sendable (Output) -> Void
     ) {
+        do {
+            try operation.claim()
+        } catch {
+            return record(path: path, error: error)
+        }
         let box = Mutex<Output?>(nil)
         let scope = open(parent: parent) {
             if let output = box.withLock({ $0 }) { subtreeFinished(output) }
         }
         let cancelled = state.withLock { state -> Bool in
             state.live[ObjectIdentifier(operation)] = operation
+            state.progress.total += 1
             return state.isCancelled
         }
-        progress.addChild(operation)
         operation.observeCompletion { [self] in
-            state.withLock { _ = $0.live.removeValue(forKey: ObjectIdentifier(operation)) }
-            progress.childFinished(operation)
+            state.withLock { state in
+                state.live.removeValue(forKey: ObjectIdentifier(operation))
+                state.progress.completed += 1
+            }
             switch operation.result ?? .cancelled {
             case .succeeded(let output):
                 box.withLock { $0 = output }
@@ -109,12 +143,14 @@ final class TreeRun: @unchecked Sendable {
         queue.launch(operation)
     }
 
-    /// Cancels every operation in flight; expansions not yet made are skipped.
+    /// Cancels every operation in flight and every item mapping running; expansions not yet made are
+    /// skipped.
     func cancel() {
-        let live: [Operation] = state.withLock { state in
+        let (live, expansions): ([Operation], [Task<Void, Never>]) = state.withLock { state in
             state.isCancelled = true
-            return Array(state.live.values)
+            return (Array(state.live.values), Array(state.expansions.values))
         }
+        for expansion in expansions { expansion.cancel() }
         for operation in live { operation.cancel() }
     }
 }

@@ -9,8 +9,10 @@ extension AsyncOperation {
     /// let outcome = try FetchGreeting().runAndWait(timeout: 5)
     /// ```
     ///
-    /// A pending operation is added to `queue` (or to a private queue when `queue` is `nil`); one that
-    /// is executing or finished is only waited for.
+    /// The operation is claimed and added to `queue` (or to a private queue when `queue` is `nil`). A
+    /// finished operation's outcome is returned at once; one that a chain, a composite or another
+    /// wait holds, or that is already executing, is refused: nothing is ever added to a queue twice.
+    /// To wait for an operation that you added to a queue yourself, use ``wait(timeout:)``.
     ///
     /// - Parameters:
     ///   - queue: The queue that runs the operation. Default: a private queue.
@@ -18,7 +20,9 @@ extension AsyncOperation {
     /// - Returns: The operation's outcome.
     /// - Throws: ``BatonError/wouldDeadlock(operation:reason:)`` instead of blocking the thread that
     ///   must run the operation (the calling queue when it runs one operation at a time, or the main
-    ///   thread for the main queue); ``BatonError/timedOut(seconds:)`` when time runs out.
+    ///   thread for the main queue); ``BatonError/timedOut(seconds:)`` when time runs out;
+    ///   ``BatonError/alreadyEnqueued(operation:)`` or ``BatonError/alreadyExecuting(operation:)``
+    ///   when something else runs it.
     @available(*, noasync, message: "use waitForOutcome() in async code")
     @discardableResult
     public final func runAndWait(on queue: OperationQueue? = nil, timeout: Double) throws(BatonError) -> Outcome<Void> {
@@ -50,12 +54,11 @@ extension AsyncOperation {
                 throw .wouldDeadlock(operation: batonName, reason: "called from the serial queue that must run it")
             }
         }
+        if let outcome = storedOutcome { return outcome }
+        try claim()
         let done = DispatchSemaphore(value: 0)
         whenFinished { done.signal() }
-        let pending = core.withLock { $0.phase == .pending }
-        if pending {
-            (queue ?? OperationQueue()).addOperation(self)
-        }
+        (queue ?? OperationQueue()).launch(self)
         guard done.wait(timeout: .now() + timeout) == .success, let outcome = storedOutcome else {
             cancel()
             throw .timedOut(seconds: timeout)

@@ -1,11 +1,46 @@
 import Foundation
 
 extension AsyncOperation {
-    /// Where an operation is in its life: pending → executing → finished, or pending → finished.
+    /// Where an operation is in its life (Docs/Lifecycle.md has the full table):
+    /// pending → starting → executing → finished, or pending → finished without executing.
     enum Phase: Sendable {
+        /// Not started.
         case pending
+        /// `start()` decided to execute: `isExecuting` is announced and the start observers run, but
+        /// `execute()` is not entered yet. A `cancel()` or `finish` now is recorded and decided when the
+        /// operation leaves this phase, so `execute()` never runs on a decided operation.
+        case starting
+        /// `execute()` was entered (or is about to be, on this thread).
         case executing
+        /// `isFinished` was announced.
         case finished
+    }
+
+    /// Who may hand the operation to a queue. Decided under the operation's lock, so two Baton entry
+    /// points (a chain, a group, a wait…) can never both enqueue it.
+    enum Custody: Sendable, Equatable {
+        /// No Baton entry point has it (the user may still add it to a queue with Foundation's API).
+        case unclaimed
+        /// A Baton entry point has it and will launch it, or start it itself.
+        case claimed
+        /// Being added to `queue`: a `cancel()` now is deferred until `addOperation` has returned
+        /// (a cancelled operation added to a queue with a pending barrier deadlocks Linux's queue).
+        case launching(queue: ObjectIdentifier, cancelRequested: Bool)
+        /// In `queue`: only that queue may start it.
+        case enqueued(queue: ObjectIdentifier)
+        /// Baton starts it itself, on this thread (cancelled launches, retired children, adapters).
+        case direct
+
+        /// Whether a `start()` on this thread is the one the custody expects. A queue's own start runs
+        /// on that queue, where `OperationQueue.current` is it.
+        var allowsStart: Bool {
+            switch self {
+            case .unclaimed, .direct: return true
+            case .claimed: return false
+            case .launching(let queue, _), .enqueued(let queue):
+                return OperationQueue.current.map(ObjectIdentifier.init) == queue
+            }
+        }
     }
 
     /// One KVO notification, as recorded by the test seam.
@@ -17,11 +52,14 @@ extension AsyncOperation {
     /// Every mutable property of an operation, kept behind its one lock.
     struct State {
         var phase: Phase = .pending
+        var custody: Custody = .unclaimed
         var isCancelled = false
         /// The outcome, decided while still executing (callbacks run), then kept once finished.
         var outcome: Outcome<Any?>?
-        /// A `finish` that arrived before `start()`; applied when the operation starts.
+        /// A `finish` that arrived before `execute()` was entered; applied when the operation starts.
         var earlyOutcome: Outcome<Any?>?
+        /// Started while a dependency was unfinished: its edges are dropped when it finishes.
+        var startedWhileNotReady = false
         var policy: DependencyPolicy = .skipOnFailureOrCancellation
         var timeout: Double?
         var upstreamError: (any Error)?
@@ -40,6 +78,7 @@ extension AsyncOperation {
             let effects = FinishEffects(
                 outcome: outcome,
                 wasExecuting: wasExecuting,
+                dropsUnfinishedDependencies: !wasExecuting || startedWhileNotReady,
                 delegate: delegate,
                 observers: outcomeObservers
             )
@@ -62,6 +101,8 @@ extension AsyncOperation {
     struct FinishEffects {
         let outcome: Outcome<Any?>
         let wasExecuting: Bool
+        /// Finished without executing (or started early): unfinished dependencies still point here.
+        let dropsUnfinishedDependencies: Bool
         let delegate: (any AsyncOperationDelegate)?
         let observers: [@Sendable (Outcome<Any?>) -> Void]
     }
@@ -71,7 +112,7 @@ extension AsyncOperation {
         let delegate: (any AsyncOperationDelegate)?
         let observers: [@Sendable () -> Void]
         let tap: (@Sendable (Notification) -> Void)?
-        let timeout: Double?
+        let notReady: Bool
     }
 
     // MARK: - Transitions (all callbacks and notifications outside the lock)
@@ -87,13 +128,31 @@ extension AsyncOperation {
                 }
             }
             for observer in effects.observers { observer(effects.outcome) }
+            if effects.dropsUnfinishedDependencies { dropUnfinishedDependencies() }
 
             let (hooks, tap) = core.withLock { $0.commitFinished() }
             if effects.wasExecuting { announce(.willChange(Self.isExecutingKey), tap) }
             announce(.willChange(Self.isFinishedKey), tap)
             if effects.wasExecuting { announce(.didChange(Self.isExecutingKey), tap) }
             announce(.didChange(Self.isFinishedKey), tap)
-            for hook in hooks { hook() }
+            if !hooks.isEmpty {
+                Trampoline.run { for hook in hooks { hook() } }
+            }
+        }
+    }
+
+    /// Removes the edges to dependencies that have not finished.
+    ///
+    /// Linux Foundation keeps a dependent as an unretained pointer in each unfinished dependency and
+    /// dereferences it when that dependency finishes. An operation that finishes without executing
+    /// (cancelled, skipped) can be freed before then. Removing the edge takes the dependency's own
+    /// lock, the one its finish walks its dependents under, so after this call no dependency can
+    /// reach this operation.
+    private func dropUnfinishedDependencies() {
+        let dependencies = self.dependencies
+        guard !dependencies.isEmpty else { return }
+        for dependency in dependencies where !dependency.isFinished {
+            removeDependency(dependency)
         }
     }
 
@@ -109,8 +168,8 @@ extension AsyncOperation {
     static let isExecutingKey = "isExecuting"
     static let isFinishedKey = "isFinished"
 
-    /// Requests an outcome from `finish`: before start it is remembered, while executing it ends the
-    /// operation (cancellation wins), afterwards it is reported and ignored.
+    /// Requests an outcome from `finish`: before `execute()` is entered it is remembered, while
+    /// executing it ends the operation (cancellation wins), afterwards it is reported and ignored.
     func requestFinish(_ requested: Outcome<Any?>, carriesResult: Bool) {
         enum Action {
             case remembered
@@ -119,7 +178,7 @@ extension AsyncOperation {
         }
         let action: Action = core.withLock { state in
             switch state.phase {
-            case .pending:
+            case .pending, .starting:
                 if state.isCancelled { return .report(.finishedAfterCancellation) }
                 if state.earlyOutcome != nil { return .report(.finishedTwice) }
                 state.earlyOutcome = requested

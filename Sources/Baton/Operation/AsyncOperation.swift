@@ -92,9 +92,14 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         .succeeded(nil)
     }
 
-    /// An error that fails the operation at start, read under the lock (input checks).
+    /// An error that fails the operation at start, read under the lock (argument and input checks).
+    /// Overrides call `super` first.
     func preflightFailure(_ state: State) -> (any Error)? {
-        nil
+        if let timeout = state.timeout, timeout.isNaN || timeout < 0 {
+            return BatonError.invalidArgument(
+                operation: batonName, reason: "timeout must be a number of seconds >= 0, got \(timeout)")
+        }
+        return nil
     }
 
     /// Called when the operation finished without executing (cancelled, skipped, or finished before
@@ -111,38 +116,48 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     /// Starts the operation. Baton's, not the subclass's: override ``execute()`` instead.
     ///
     /// Finishes at once, without executing, when the operation was cancelled, when `finish` was called
-    /// before start, or when the ``dependencyPolicy`` rules it out. Started twice, it reports a
-    /// diagnostic and does nothing; started before its dependencies finished, it reports a diagnostic
-    /// and runs.
+    /// before start, or when the ``dependencyPolicy`` rules it out. Otherwise the operation becomes
+    /// executing, the start observers run, and ``execute()`` is entered, unless a `cancel()` or a
+    /// `finish` arrived in the meantime: then it finishes without entering ``execute()``.
+    ///
+    /// Started twice, it reports ``Diagnostic/Kind/startedTwice`` and does nothing. Started by hand
+    /// while a Baton chain, composite or wait holds it, it reports
+    /// ``Diagnostic/Kind/startedWhileClaimed`` and does nothing: Baton starts it. Started
+    /// before its dependencies finished, it reports ``Diagnostic/Kind/startedWhileNotReady`` and runs.
     public final override func start() {
-        let policy = core.withLock { $0.policy }
+        let (policy, custody) = core.withLock { ($0.policy, $0.custody) }
+        guard custody.allowsStart else {
+            Diagnostics.report(.startedWhileClaimed, self)
+            return
+        }
         let verdict = dependencyVerdict(policy)
         let ready = isReady
 
         enum Decision {
             case ignore
             case skip(FinishEffects)
-            case execute(StartEffects, notReady: Bool)
+            case start(StartEffects)
         }
         let decision: Decision = core.withLock { state in
             guard state.phase == .pending else { return .ignore }
+            let skipped: Outcome<Any?>?
             if state.isCancelled {
-                return .skip(state.beginFinishing(.cancelled, wasExecuting: false))
+                skipped = .cancelled
+            } else if let early = state.earlyOutcome {
+                skipped = early
+            } else if let verdict {
+                skipped = verdict
+            } else if let failure = preflightFailure(state) {
+                skipped = .failed(failure)
+            } else {
+                skipped = nil
             }
-            if let early = state.earlyOutcome {
-                return .skip(state.beginFinishing(early, wasExecuting: false))
-            }
-            if let verdict {
-                return .skip(state.beginFinishing(verdict, wasExecuting: false))
-            }
-            if let failure = preflightFailure(state) {
-                return .skip(state.beginFinishing(.failed(failure), wasExecuting: false))
-            }
-            state.phase = .executing
-            let effects = StartEffects(delegate: state.delegate, observers: state.startObservers, tap: state.notificationTap,
-                                       timeout: state.timeout)
-            state.startObservers = []
-            return .execute(effects, notReady: !ready)
+            if let skipped { return .skip(state.beginFinishing(skipped, wasExecuting: false)) }
+            state.phase = .starting
+            state.startedWhileNotReady = !ready
+            defer { state.startObservers = [] }
+            return .start(StartEffects(delegate: state.delegate, observers: state.startObservers,
+                                       tap: state.notificationTap, notReady: !ready))
         }
 
         switch decision {
@@ -151,13 +166,34 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         case .skip(let effects):
             didFinishWithoutExecuting()
             performFinish(effects)
-        case .execute(let effects, let notReady):
-            if notReady { Diagnostics.report(.startedWhileNotReady, self) }
+        case .start(let effects):
+            if effects.notReady { Diagnostics.report(.startedWhileNotReady, self) }
             announce(.willChange(Self.isExecutingKey), effects.tap)
             announce(.didChange(Self.isExecutingKey), effects.tap)
             effects.delegate?.operationDidStart(self)
             for observer in effects.observers { observer() }
-            if let timeout = effects.timeout { armTimeout(after: timeout) }
+            enterExecute()
+        }
+    }
+
+    /// Leaves `starting`: enters ``execute()``, or finishes without it when a `cancel()` or a `finish`
+    /// arrived while the start was being announced.
+    private func enterExecute() {
+        enum Entry {
+            case execute(timeout: Double?)
+            case finish(FinishEffects)
+        }
+        let entry: Entry = core.withLock { state in
+            state.phase = .executing
+            if state.isCancelled { return .finish(state.beginFinishing(.cancelled, wasExecuting: true)) }
+            if let early = state.earlyOutcome { return .finish(state.beginFinishing(early, wasExecuting: true)) }
+            return .execute(timeout: state.timeout)
+        }
+        switch entry {
+        case .finish(let effects):
+            performFinish(effects)
+        case .execute(let timeout):
+            if let timeout, timeout.isFinite { armTimeout(after: timeout) }
             execute()
         }
     }
@@ -168,22 +204,28 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     /// Cancels the operation.
     ///
     /// Pending, it finishes cancelled when started (never before: Linux's `OperationQueue` crashes on
-    /// an operation that finishes before the queue started it). Executing, it calls ``didCancel()``
-    /// and waits for the subclass to finish. Finished, or with its outcome already decided, it does
-    /// nothing.
+    /// an operation that finishes before the queue started it). Starting, it finishes cancelled
+    /// without entering ``execute()``. Executing, it calls ``didCancel()`` and waits for the subclass
+    /// to finish. Finished, or with its outcome already decided, it does nothing. While a Baton entry
+    /// point is adding it to a queue, the cancellation takes effect as soon as the add has returned.
     public final override func cancel() {
         if let target = cancellationTarget {
             target.cancel()
             return
         }
-        let wasExecuting: Bool? = core.withLock { state in
-            guard state.outcome == nil, state.phase != .finished, !state.isCancelled else { return nil }
+        enum Effect { case none, cancelled(wasExecuting: Bool) }
+        let effect: Effect = core.withLock { state in
+            guard state.outcome == nil, state.phase != .finished, !state.isCancelled else { return .none }
+            if case .launching(let queue, _) = state.custody {
+                state.custody = .launching(queue: queue, cancelRequested: true)
+                return .none
+            }
             state.isCancelled = true
-            return state.phase == .executing
+            return .cancelled(wasExecuting: state.phase == .executing)
         }
-        guard let wasExecuting else { return }
+        guard case .cancelled(let wasExecuting) = effect else { return }
         super.cancel()
-        if wasExecuting { didCancel() }
+        if wasExecuting { Trampoline.run { self.didCancel() } }
     }
 
     /// Whether the operation was cancelled (or skipped because a dependency was cancelled).
@@ -193,7 +235,7 @@ open class AsyncOperation: Operation, @unchecked Sendable {
 
     /// Whether the operation is executing: started and not yet finished.
     public final override var isExecuting: Bool {
-        core.withLock { $0.phase == .executing }
+        core.withLock { $0.phase == .starting || $0.phase == .executing }
     }
 
     /// Whether the operation has finished, with its outcome decided.
@@ -204,6 +246,29 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     /// Always `true`: Baton operations finish when `finish` is called, not when `execute()` returns.
     public final override var isAsynchronous: Bool {
         true
+    }
+
+    /// A block Foundation runs once the operation has finished; Baton clears it after it has run.
+    ///
+    /// Linux Foundation never clears a completion block (Apple platforms do), so a block that
+    /// captures its operation would keep it alive forever. Baton runs the block through a wrapper
+    /// that holds the operation weakly and drops the block once it has run, as on Apple platforms.
+    public final override var completionBlock: (@Sendable () -> Void)? {
+        get { super.completionBlock }
+        set {
+            guard let block = newValue else {
+                super.completionBlock = nil
+                return
+            }
+            super.completionBlock = { [weak self] in
+                block()
+                self?.clearCompletionBlock()
+            }
+        }
+    }
+
+    private func clearCompletionBlock() {
+        super.completionBlock = nil
     }
 
     // MARK: - Outcome
@@ -217,14 +282,16 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     ///
     /// When it runs out while the operation is still executing, Baton reports
     /// ``Diagnostic/Kind/timedOut`` and cancels the operation, which then finishes cancelled (through
-    /// ``didCancel()``, as any cancellation). Set it before the operation starts.
+    /// ``didCancel()``, as any cancellation). Set it before the operation starts. `0` cancels the
+    /// operation as soon as it executes; `.infinity` means no limit; a negative value or NaN fails the
+    /// operation at start with ``BatonError/invalidArgument(operation:reason:)``, without executing.
     public final var timeout: Double? {
         get { core.withLock { $0.timeout } }
         set { core.withLock { $0.timeout = newValue } }
     }
 
     private func armTimeout(after seconds: Double) {
-        DispatchQueue.global().asyncAfter(deadline: .now() + max(0, seconds)) { [weak self] in
+        DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { [weak self] in
             guard let self else { return }
             let overdue = self.core.withLock { $0.phase == .executing && $0.outcome == nil && !$0.isCancelled }
             guard overdue else { return }

@@ -17,6 +17,9 @@ public struct Diagnostic: Sendable, CustomStringConvertible {
         case startedTwice
         /// `start()` was called while a dependency was unfinished; the operation ran anyway.
         case startedWhileNotReady
+        /// `start()` was called by hand on an operation that a Baton chain, composite or wait holds;
+        /// ignored (Baton starts it, through its queue).
+        case startedWhileClaimed
         /// An input was set after the operation started; it was ignored.
         case inputAfterStart
         /// `execute()` was not overridden.
@@ -52,6 +55,7 @@ public struct Diagnostic: Sendable, CustomStringConvertible {
         case .finishedAfterCancellation: what = "finish called on a cancelled pending operation; ignored"
         case .startedTwice: what = "start() called twice; ignored"
         case .startedWhileNotReady: what = "start() called before its dependencies finished; running anyway"
+        case .startedWhileClaimed: what = "start() called by hand while a Baton chain, composite or wait holds it; ignored"
         case .inputAfterStart: what = "input set after start; ignored"
         case .executeNotOverridden: what = "execute() not overridden; failing"
         case .timedOut: what = "still executing when its timeout ran out; cancelled"

@@ -28,11 +28,4 @@ extension Operation {
         }
         return isCancelled ? .cancelled : .succeeded(nil)
     }
-
-    /// Finishes an operation that belongs to no queue and will never run: cancelled, then started, so
-    /// that it ends (without executing) and nobody waiting on it hangs.
-    func cancelAndRetire() {
-        cancel()
-        if !isFinished && !isExecuting && isCancelled { start() }
-    }
 }

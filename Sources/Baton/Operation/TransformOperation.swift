@@ -44,6 +44,7 @@ open class TransformOperation<Input, Output>: ResultOperation<Output>, @unchecke
     }
 
     override func preflightFailure(_ state: State) -> (any Error)? {
+        if let failure = super.preflightFailure(state) { return failure }
         if state.input == nil && state.upstreamError == nil {
             return BatonError.missingInput(operation: batonName)
         }

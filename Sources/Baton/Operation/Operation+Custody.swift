@@ -1,0 +1,171 @@
+import Foundation
+
+/// The Foundation operations (not Baton's) that a Baton entry point holds, by identity. A Baton
+/// operation keeps its custody in its own state; Foundation's cannot, so they are listed here from
+/// their claim until they finish.
+enum ForeignCustody {
+    private static let held = Mutex(Set<ObjectIdentifier>())
+
+    static func claim(_ operation: Operation) -> Bool {
+        held.withLock { $0.insert(ObjectIdentifier(operation)).inserted }
+    }
+
+    static func release(_ operation: Operation) {
+        _ = held.withLock { $0.remove(ObjectIdentifier(operation)) }
+    }
+}
+
+extension Operation {
+    /// Takes the operation for a Baton entry point (a chain, a composite, a wait), which alone may
+    /// then hand it to a queue or start it.
+    ///
+    /// Decided under the operation's lock (for a Baton operation) or the custody list's (for a
+    /// Foundation one), so two entry points can never both enqueue it.
+    ///
+    /// - Throws: ``BatonError/alreadyFinished(operation:)``, ``BatonError/alreadyExecuting(operation:)``,
+    ///   or ``BatonError/alreadyEnqueued(operation:)`` when another entry point has it.
+    func claim() throws(BatonError) {
+        if let baton = self as? AsyncOperation {
+            try baton.claimCustody()
+            return
+        }
+        if isFinished { throw .alreadyFinished(operation: batonName) }
+        if isExecuting { throw .alreadyExecuting(operation: batonName) }
+        guard ForeignCustody.claim(self) else { throw .alreadyEnqueued(operation: batonName) }
+    }
+
+    /// Gives back a claim that was never used (the rest of a chain failed validation).
+    func unclaim() {
+        if let baton = self as? AsyncOperation {
+            baton.core.withLock { state in
+                if state.custody == .claimed { state.custody = .unclaimed }
+            }
+        } else {
+            ForeignCustody.release(self)
+        }
+    }
+
+    /// Claims every operation, or none of them.
+    static func claimAll(_ operations: [Operation]) throws(BatonError) {
+        var claimed = 0
+        do {
+            for operation in operations {
+                try operation.claim()
+                claimed += 1
+            }
+        } catch {
+            for operation in operations[..<claimed] { operation.unclaim() }
+            throw error
+        }
+    }
+
+    /// Finishes a claimed operation that will never be launched: cancelled, then started here, so that
+    /// it ends without executing and nobody waiting on it hangs. Runs on the trampoline, so retiring a
+    /// nest of composites does not recurse.
+    func retire() {
+        cancel()
+        if let baton = self as? AsyncOperation {
+            let startsHere = baton.core.withLock { state -> Bool in
+                guard state.custody == .claimed || state.custody == .unclaimed else { return false }
+                state.custody = .direct
+                return state.phase == .pending
+            }
+            if startsHere { Trampoline.run { baton.start() } }
+        } else {
+            if !isFinished && !isExecuting && isCancelled { Trampoline.run { self.start() } }
+            ForeignCustody.release(self)
+        }
+    }
+}
+
+extension AsyncOperation {
+    func claimCustody() throws(BatonError) {
+        enum Refusal { case finished, executing, taken }
+        let refusal: Refusal? = core.withLock { state in
+            switch state.phase {
+            case .finished: return .finished
+            case .starting, .executing: return .executing
+            case .pending:
+                guard state.custody == .unclaimed else { return .taken }
+                state.custody = .claimed
+                return nil
+            }
+        }
+        switch refusal {
+        case nil: return
+        case .finished?: throw .alreadyFinished(operation: batonName)
+        case .executing?: throw .alreadyExecuting(operation: batonName)
+        case .taken?: throw .alreadyEnqueued(operation: batonName)
+        }
+    }
+
+    /// How a claimed operation goes to `queue`.
+    enum LaunchPath {
+        /// Add it to the queue, then call ``endLaunch()``.
+        case enqueue
+        /// Cancelled or already finished by `finish`: start it here, never through a queue.
+        case startHere
+        /// Started by someone else in the meantime: leave it alone.
+        case none
+    }
+
+    /// Decides, under the lock, whether the operation goes to the queue; if so a `cancel()` from now
+    /// until ``endLaunch()`` is deferred, so the queue never receives a cancelled operation.
+    func beginLaunch(on queue: OperationQueue) -> LaunchPath {
+        core.withLock { state in
+            guard state.phase == .pending else { return .none }
+            if state.isCancelled || state.earlyOutcome != nil {
+                state.custody = .direct
+                return .startHere
+            }
+            state.custody = .launching(queue: ObjectIdentifier(queue), cancelRequested: false)
+            return .enqueue
+        }
+    }
+
+    /// The add has returned: a cancellation that arrived meanwhile now takes effect.
+    func endLaunch() {
+        let cancelRequested = core.withLock { state -> Bool in
+            guard case .launching(let queue, let cancelRequested) = state.custody else { return false }
+            state.custody = .enqueued(queue: queue)
+            return cancelRequested
+        }
+        if cancelRequested { cancel() }
+    }
+}
+
+extension OperationQueue {
+    /// Hands claimed operations to the queue, in one `addOperations` call, except those that must not
+    /// go to a queue: a cancelled (or already finished-by-`finish`) operation is started right here
+    /// instead, since a cancelled operation added to a queue with a pending barrier deadlocks Linux's
+    /// `OperationQueue`. For a Baton operation the check and the add are one decision (a `cancel()`
+    /// in between is deferred); for a Foundation operation Baton can only check `isCancelled` first.
+    func launch(_ operations: [Operation]) {
+        var enqueued = [Operation]()
+        enqueued.reserveCapacity(operations.count)
+        for operation in operations {
+            if let baton = operation as? AsyncOperation {
+                switch baton.beginLaunch(on: self) {
+                case .enqueue: enqueued.append(baton)
+                case .startHere: Trampoline.run { baton.start() }
+                case .none: break
+                }
+            } else {
+                operation.observeCompletion { ForeignCustody.release(operation) }
+                if operation.isCancelled {
+                    Trampoline.run { if !operation.isFinished { operation.start() } }
+                } else {
+                    enqueued.append(operation)
+                }
+            }
+        }
+        guard !enqueued.isEmpty else { return }
+        if enqueued.count == 1 { addOperation(enqueued[0]) } else { addOperations(enqueued, waitUntilFinished: false) }
+        for operation in enqueued { (operation as? AsyncOperation)?.endLaunch() }
+    }
+
+    /// Hands one claimed operation to the queue (see ``launch(_:)-([Operation])``).
+    func launch(_ operation: Operation) {
+        launch(CollectionOfOne(operation).map { $0 })
+    }
+}
