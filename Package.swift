@@ -8,12 +8,14 @@ let package = Package(
         .library(name: "Baton", targets: ["Baton"]),
         .executable(name: "baton-demo", targets: ["baton-demo"]),
         .executable(name: "baton-bench", targets: ["baton-bench"]),
+        .executable(name: "baton-stress", targets: ["baton-stress"]),
         .plugin(name: "BatonScaffold", targets: ["BatonScaffold"]),
     ],
     targets: [
         .target(name: "Baton"),
         .executableTarget(name: "baton-demo", dependencies: ["Baton"]),
         .executableTarget(name: "baton-bench", dependencies: ["Baton"]),
+        .executableTarget(name: "baton-stress", dependencies: ["Baton"]),
         .plugin(
             name: "BatonScaffold",
             capability: .command(
