@@ -83,18 +83,27 @@ open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting
     public init(operations: [Operation], adapter: ChainAdapter = .default) {
         source = .list
         self.adapter = adapter
+        // Every operation this sequence could claim is its own: it runs them, or, when the sequence
+        // fails at start (a duplicate, an operation held elsewhere), it retires them.
         var problem: BatonError?
         var seen = Set<ObjectIdentifier>()
-        for operation in operations where !seen.insert(ObjectIdentifier(operation)).inserted {
-            problem = .duplicateOperation(operation: operation.batonName)
-            break
-        }
-        if problem == nil {
-            do { try Operation.claimAll(operations) } catch { problem = error }
+        var claimed = [Operation?]()
+        claimed.reserveCapacity(operations.count)
+        for operation in operations {
+            guard seen.insert(ObjectIdentifier(operation)).inserted else {
+                problem = problem ?? .duplicateOperation(operation: operation.batonName)
+                continue
+            }
+            do {
+                try operation.claim()
+                claimed.append(operation)
+            } catch {
+                problem = problem ?? error
+            }
         }
         configurationError = problem
         var steps = Steps()
-        steps.untaken = problem == nil ? operations : []
+        steps.untaken = claimed
         steps.progress.total = Int64(operations.count)
         self.steps = Mutex(steps)
         super.init()
@@ -231,13 +240,15 @@ open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting
         return .step(made)
     }
 
-    /// Launches `next`, unless the sequence stopped or is suspended meanwhile: one decision under the
-    /// lock, so a step is either launched, parked as due, or retired — never dropped.
     private enum StepDecision { case launch, park, retire }
 
+    /// Launches `next`, unless the sequence stopped, was cancelled or is suspended meanwhile: one
+    /// decision under the lock, so a step is either launched, parked as due, or retired (cancelled
+    /// without executing) — never dropped. A cancelled sequence then stops through `didCancel()`.
     private func proceed(to next: Operation, after upstream: Operation?) {
+        let cancelled = isCancelled
         let decision: StepDecision = steps.withLock { steps in
-            if steps.isDone { return .retire }
+            if steps.isDone || cancelled { return .retire }
             if steps.isSuspended {
                 steps.due = (next, upstream)
                 return .park
@@ -261,6 +272,12 @@ open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting
     private func stop(_ ending: Ending) {
         guard let unrun = steps.withLock({ $0.stop() }) else { return }
         for operation in unrun { operation.retire() }
+        // After the retirements (the trampoline runs them first when this thread is draining): the
+        // sequence finishes after every step it took.
+        Trampoline.run { self.end(ending) }
+    }
+
+    private func end(_ ending: Ending) {
         switch ending {
         case .failed(let error):
             conclude(.failed(error))

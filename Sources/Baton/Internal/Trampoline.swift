@@ -45,29 +45,30 @@ enum Trampoline {
         func clear() { value = nil }
     }
 
-    /// The work a thread has scheduled while it drains.
+    /// The work a thread has scheduled while it drains, run depth-first: what an item schedules runs,
+    /// in the order it was scheduled, before the items that were pending when it started. So a
+    /// composite that schedules its children's retirement and then its own finish finishes after
+    /// every one of them (and their own children), as it would with plain recursion.
     private final class LocalQueue {
         var isDraining = false
-        private var pending: [() -> Void] = []
-        private var head = 0
+        /// Pending work; the last element runs next.
+        private var stack: [() -> Void] = []
+        /// Work scheduled by the item that is running now, in order.
+        private var scheduled: [() -> Void] = []
 
         func append(_ work: @escaping () -> Void) {
-            pending.append(work)
+            scheduled.append(work)
         }
 
+        /// Runs until nothing is pending. Elements are moved out of the arrays before they run or are
+        /// released, so work that schedules more work (or a `deinit` that does) never touches an array
+        /// while it is being mutated.
         func drain() {
-            while head < pending.count {
-                let work = pending[head]
-                pending[head] = {}
-                head += 1
+            while true {
+                while let work = scheduled.popLast() { stack.append(work) }
+                guard let work = stack.popLast() else { return }
                 work()
-                if head >= 1_024 && head * 2 >= pending.count {
-                    pending.removeFirst(head)
-                    head = 0
-                }
             }
-            pending.removeAll(keepingCapacity: pending.count < 4_096)
-            head = 0
         }
 
         static var current: LocalQueue {

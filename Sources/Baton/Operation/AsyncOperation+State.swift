@@ -23,10 +23,7 @@ extension AsyncOperation {
         case unclaimed
         /// A Baton entry point has it and will launch it, or start it itself.
         case claimed
-        /// Being added to `queue`: a `cancel()` now is deferred until `addOperation` has returned
-        /// (a cancelled operation added to a queue with a pending barrier deadlocks Linux's queue).
-        case launching(queue: ObjectIdentifier, cancelRequested: Bool)
-        /// In `queue`: only that queue may start it.
+        /// In `queue` (or being added to it): only that queue may start it.
         case enqueued(queue: ObjectIdentifier)
         /// Baton starts it itself, on this thread (cancelled launches, retired children, adapters).
         case direct
@@ -37,10 +34,18 @@ extension AsyncOperation {
             switch self {
             case .unclaimed, .direct: return true
             case .claimed: return false
-            case .launching(let queue, _), .enqueued(let queue):
+            case .enqueued(let queue):
                 return OperationQueue.current.map(ObjectIdentifier.init) == queue
             }
         }
+    }
+
+    /// Whether a thread is inside `execute()`. `didCancel()` is never called while one is: a
+    /// cancellation that arrives then is delivered when `execute()` returns; a `rerun()` requested
+    /// then runs `execute()` again after it returns.
+    enum ExecuteCall: Sendable, Equatable {
+        case outside
+        case inside(cancelArrived: Bool, rerunRequested: Bool)
     }
 
     /// One KVO notification, as recorded by the test seam.
@@ -53,6 +58,7 @@ extension AsyncOperation {
     struct State {
         var phase: Phase = .pending
         var custody: Custody = .unclaimed
+        var executeCall: ExecuteCall = .outside
         var isCancelled = false
         /// The outcome, decided while still executing (callbacks run), then kept once finished.
         var outcome: Outcome<Any?>?

@@ -102,8 +102,9 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         return nil
     }
 
-    /// Called when the operation finished without executing (cancelled, skipped, or finished before
-    /// start), before its outcome is announced: composites retire the children they never launched.
+    /// Called when the operation finishes without entering ``execute()`` (cancelled, skipped, or
+    /// finished before start or during the start announcement), before its outcome is announced:
+    /// composites retire the children they never launched.
     func didFinishWithoutExecuting() {}
 
     /// An operation that a `cancel()` of this one is passed to instead (chain adapters).
@@ -164,8 +165,7 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         case .ignore:
             Diagnostics.report(.startedTwice, self)
         case .skip(let effects):
-            didFinishWithoutExecuting()
-            performFinish(effects)
+            finishWithoutExecuting(effects)
         case .start(let effects):
             if effects.notReady { Diagnostics.report(.startedWhileNotReady, self) }
             announce(.willChange(Self.isExecutingKey), effects.tap)
@@ -187,14 +187,50 @@ open class AsyncOperation: Operation, @unchecked Sendable {
             state.phase = .executing
             if state.isCancelled { return .finish(state.beginFinishing(.cancelled, wasExecuting: true)) }
             if let early = state.earlyOutcome { return .finish(state.beginFinishing(early, wasExecuting: true)) }
+            state.executeCall = .inside(cancelArrived: false, rerunRequested: false)
             return .execute(timeout: state.timeout)
         }
         switch entry {
         case .finish(let effects):
-            performFinish(effects)
+            finishWithoutExecuting(effects)
         case .execute(let timeout):
             if let timeout, timeout.isFinite { armTimeout(after: timeout) }
-            execute()
+            callExecute()
+        }
+    }
+
+    /// Finishes an operation that never entered ``execute()`` (skipped at start, or cancelled or
+    /// finished during the start announcement): composites retire the children they never launched,
+    /// and those finish before this operation does (the trampoline runs what an item schedules in
+    /// order, depth first).
+    private func finishWithoutExecuting(_ effects: FinishEffects) {
+        Trampoline.run {
+            self.didFinishWithoutExecuting()
+            Trampoline.run { self.performFinish(effects) }
+        }
+    }
+
+    /// Calls ``execute()`` (the state is already `inside`), then delivers what arrived meanwhile: a
+    /// cancellation (``didCancel()`` never runs concurrently with ``execute()``) or a rerun.
+    private func callExecute() {
+        execute()
+        enum After { case nothing, deliverCancel, rerun, finishCancelled }
+        let after: After = core.withLock { state in
+            guard case .inside(let cancelArrived, let rerunRequested) = state.executeCall else { return .nothing }
+            state.executeCall = .outside
+            guard state.outcome == nil else { return .nothing }
+            if rerunRequested {
+                if state.isCancelled { return .finishCancelled }
+                state.executeCall = .inside(cancelArrived: false, rerunRequested: false)
+                return .rerun
+            }
+            return cancelArrived ? .deliverCancel : .nothing
+        }
+        switch after {
+        case .nothing: break
+        case .deliverCancel: Trampoline.run { self.didCancel() }
+        case .rerun: DispatchQueue.global().async { self.callExecute() }
+        case .finishCancelled: finish()
         }
     }
 
@@ -203,29 +239,30 @@ open class AsyncOperation: Operation, @unchecked Sendable {
 
     /// Cancels the operation.
     ///
-    /// Pending, it finishes cancelled when started (never before: Linux's `OperationQueue` crashes on
-    /// an operation that finishes before the queue started it). Starting, it finishes cancelled
-    /// without entering ``execute()``. Executing, it calls ``didCancel()`` and waits for the subclass
-    /// to finish. Finished, or with its outcome already decided, it does nothing. While a Baton entry
-    /// point is adding it to a queue, the cancellation takes effect as soon as the add has returned.
+    /// Pending, it finishes cancelled when started, without executing. It is started when its
+    /// dependencies have finished, as any operation: Baton does not pass the cancellation on to
+    /// Foundation, which would start it at once and let it be freed while a dependency it cannot see
+    /// (a queue's barrier) still points to it. Starting, it finishes cancelled without entering
+    /// ``execute()``. Executing, ``didCancel()`` tells the subclass, which then finishes; if
+    /// ``execute()`` is still running on the thread that started the operation, ``didCancel()`` is
+    /// called when it returns (the two never overlap). Finished, or with its outcome already decided,
+    /// it does nothing.
     public final override func cancel() {
         if let target = cancellationTarget {
             target.cancel()
             return
         }
-        enum Effect { case none, cancelled(wasExecuting: Bool) }
-        let effect: Effect = core.withLock { state in
-            guard state.outcome == nil, state.phase != .finished, !state.isCancelled else { return .none }
-            if case .launching(let queue, _) = state.custody {
-                state.custody = .launching(queue: queue, cancelRequested: true)
-                return .none
-            }
+        let tellSubclass: Bool = core.withLock { state in
+            guard state.outcome == nil, state.phase != .finished, !state.isCancelled else { return false }
             state.isCancelled = true
-            return .cancelled(wasExecuting: state.phase == .executing)
+            guard state.phase == .executing else { return false }
+            if case .inside(_, let rerunRequested) = state.executeCall {
+                state.executeCall = .inside(cancelArrived: true, rerunRequested: rerunRequested)
+                return false
+            }
+            return true
         }
-        guard case .cancelled(let wasExecuting) = effect else { return }
-        super.cancel()
-        if wasExecuting { Trampoline.run { self.didCancel() } }
+        if tellSubclass { Trampoline.run { self.didCancel() } }
     }
 
     /// Whether the operation was cancelled (or skipped because a dependency was cancelled).
@@ -366,12 +403,19 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         enum Action { case none, finishCancelled, rerun }
         let action: Action = core.withLock { state in
             guard state.phase == .executing, state.outcome == nil else { return .none }
-            return state.isCancelled ? .finishCancelled : .rerun
+            if state.isCancelled { return .finishCancelled }
+            if case .inside(let cancelArrived, _) = state.executeCall {
+                // Runs when the current call returns.
+                state.executeCall = .inside(cancelArrived: cancelArrived, rerunRequested: true)
+                return .none
+            }
+            state.executeCall = .inside(cancelArrived: false, rerunRequested: false)
+            return .rerun
         }
         switch action {
         case .none: break
         case .finishCancelled: finish()
-        case .rerun: DispatchQueue.global().async { self.execute() }
+        case .rerun: DispatchQueue.global().async { self.callExecute() }
         }
     }
 }

@@ -101,7 +101,7 @@ extension AsyncOperation {
 
     /// How a claimed operation goes to `queue`.
     enum LaunchPath {
-        /// Add it to the queue, then call ``endLaunch()``.
+        /// Add it to the queue.
         case enqueue
         /// Cancelled or already finished by `finish`: start it here, never through a queue.
         case startHere
@@ -109,8 +109,8 @@ extension AsyncOperation {
         case none
     }
 
-    /// Decides, under the lock, whether the operation goes to the queue; if so a `cancel()` from now
-    /// until ``endLaunch()`` is deferred, so the queue never receives a cancelled operation.
+    /// Decides, under the lock, whether the operation goes to the queue (which alone may then start
+    /// it) or is started here.
     func beginLaunch(on queue: OperationQueue) -> LaunchPath {
         core.withLock { state in
             guard state.phase == .pending else { return .none }
@@ -118,28 +118,20 @@ extension AsyncOperation {
                 state.custody = .direct
                 return .startHere
             }
-            state.custody = .launching(queue: ObjectIdentifier(queue), cancelRequested: false)
+            state.custody = .enqueued(queue: ObjectIdentifier(queue))
             return .enqueue
         }
-    }
-
-    /// The add has returned: a cancellation that arrived meanwhile now takes effect.
-    func endLaunch() {
-        let cancelRequested = core.withLock { state -> Bool in
-            guard case .launching(let queue, let cancelRequested) = state.custody else { return false }
-            state.custody = .enqueued(queue: queue)
-            return cancelRequested
-        }
-        if cancelRequested { cancel() }
     }
 }
 
 extension OperationQueue {
-    /// Hands claimed operations to the queue, in one `addOperations` call, except those that must not
-    /// go to a queue: a cancelled (or already finished-by-`finish`) operation is started right here
-    /// instead, since a cancelled operation added to a queue with a pending barrier deadlocks Linux's
-    /// `OperationQueue`. For a Baton operation the check and the add are one decision (a `cancel()`
-    /// in between is deferred); for a Foundation operation Baton can only check `isCancelled` first.
+    /// Hands claimed operations to the queue, in one `addOperations` call. A Baton operation that is
+    /// already cancelled (or finished by an early `finish`) is started right here instead: it has
+    /// nothing to do in a queue. A Baton operation cancelled after this decision is still safe in the
+    /// queue, because Foundation is never told of a Baton cancellation (see `cancel()`). A cancelled
+    /// Foundation operation added to a queue with a pending barrier deadlocks Linux's queue, so it is
+    /// started here too; Baton cannot lock a Foundation operation, so for those the check and the add
+    /// are two steps.
     func launch(_ operations: [Operation]) {
         var enqueued = [Operation]()
         enqueued.reserveCapacity(operations.count)
@@ -161,7 +153,6 @@ extension OperationQueue {
         }
         guard !enqueued.isEmpty else { return }
         if enqueued.count == 1 { addOperation(enqueued[0]) } else { addOperations(enqueued, waitUntilFinished: false) }
-        for operation in enqueued { (operation as? AsyncOperation)?.endLaunch() }
     }
 
     /// Hands one claimed operation to the queue (see ``launch(_:)-([Operation])``).
