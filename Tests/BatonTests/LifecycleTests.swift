@@ -179,7 +179,7 @@ final class LifecycleTests: BatonTestCase {
         let operation = ImmediateOperation(.success(1))
         try operation.claim()
         queue.launch([operation])
-        XCTAssertEqual(operation.core.withLock { $0.custody }, .enqueued(queue: ObjectIdentifier(queue)))
+        XCTAssertEqual(operation.core.withLock { $0.custody }, .enqueued(queue: ObjectIdentifier(queue), onMainThread: false))
         queue.isSuspended = false
         waitFinished(operation)
         XCTAssertEqual(operation.executions.value, 1)

@@ -13,23 +13,27 @@ final class ReliabilityTests: BatonTestCase {
     /// have finished, so no dependency is left pointing at a freed dependent.
     func testACancelledOperationWhoseDependencyRunsIsFreedOnlyAfterIt() {
         for _ in 0..<50 {
-            let queue = OperationQueue()
             let dependency = ManualOperation()
-            queue.addOperation(dependency)
+            OperationQueue().addOperation(dependency)
             dependency.started.wait()
+            // A serial queue: if the cancelled dependent were made ready, it would run (and finish)
+            // before the probe behind it; the probe running first proves it still waits.
+            let queue = OperationQueue()
+            queue.maxConcurrentOperationCount = 1
             let freed = Gate()
-            let finishedEarly = Locked(false)
+            let probed = Gate()
             inScope {
                 let dependent = TrackedOperation(freed: freed)
                 dependent.addDependency(dependency)
-                dependent.onOutcome { _ in finishedEarly.mutate { $0 = !dependency.isFinished } }
                 queue.addOperation(dependent)
                 dependent.cancel()
+                queue.addOperation(BlockOperation { probed.open() })
+                probed.wait()
                 XCTAssertTrue(dependent.isCancelled)
+                XCTAssertFalse(dependent.isFinished, "the cancelled dependent finished while its dependency ran")
             }
             dependency.finish(with: 1)   // Linux Foundation walks the dependents of `dependency` here
             freed.wait()
-            XCTAssertFalse(finishedEarly.value, "the cancelled dependent finished while its dependency ran")
             drain(queue)
         }
     }
@@ -60,23 +64,19 @@ final class ReliabilityTests: BatonTestCase {
     // MARK: - 2. A cancellation racing a launch never puts a cancelled operation in a queue
 
     func testCancellingAChainWhileItLaunchesBehindABarrierNeverDeadlocks() throws {
-        for _ in 0..<300 {
+        // The chain advances on the queue's threads (its cancelled first stage finishes) while
+        // `cancel()` is still marking the later stages: each launch races a cancellation.
+        for _ in 0..<100 {
             let queue = OperationQueue()
-            let barrierMayEnd = Gate()
-            queue.addBarrierBlock { barrierMayEnd.wait() }
-            let first = AsyncBlockOperation { $0.finish() }
-            let handle = Locked<ChainHandle<Any>?>(nil)
-            DispatchQueue.concurrentPerform(iterations: 2) { index in
-                if index == 0 {
-                    handle.mutate { $0 = try? queue.addChain([first, AsyncBlockOperation { $0.finish() }]) }
-                } else {
-                    first.cancel()
-                }
-            }
-            barrierMayEnd.open()
+            let running = ManualOperation()
+            queue.addOperation(running)
+            running.started.wait()
+            queue.addBarrierBlock {}   // pending: it waits for `running`
+            let handle = try queue.addChain((0..<40).map { _ in AsyncBlockOperation { $0.finish() } })
+            handle.cancel()
+            running.finish(with: 0)
             // A deadlocked queue never finishes the chain: the bounded wait throws `timedOut`.
-            let outcome = try XCTUnwrap(handle.value).wait(timeout: testTimeout)
-            XCTAssertNil(outcome.error)
+            XCTAssertEqual(describe(try handle.wait(timeout: testTimeout)), "cancelled")
             drain(queue)
         }
     }
@@ -97,38 +97,29 @@ final class ReliabilityTests: BatonTestCase {
         return inner as! SequenceOperation<Void>
     }
 
-    func testOneHundredThousandNestedGroupsRunCancelAndFree() {
-        let depth = Self.nestingDepth
+    /// Runs a nest, cancels another before it starts, and frees a third that never ran.
+    private func runCancelAndFree<Nest: AsyncOperation>(_ makeNest: (Operation) -> Nest) {
         let ran = Locked(0)
-        let outer = nestedGroups(depth: depth, leaf: AsyncBlockOperation { ran.increment(); $0.finish() })
+        let outer = makeNest(AsyncBlockOperation { ran.increment(); $0.finish() })
         XCTAssertEqual(describe(finished(outer).outcome), "succeeded(())")
         XCTAssertEqual(ran.value, 1)
 
-        let cancelled = nestedGroups(depth: depth, leaf: AsyncBlockOperation { ran.increment(); $0.finish() })
+        let cancelled = makeNest(AsyncBlockOperation { ran.increment(); $0.finish() })
         cancelled.cancel()
         XCTAssertEqual(describe(finished(cancelled).outcome), "cancelled")
         XCTAssertEqual(ran.value, 1)
 
         let freed = Gate()
-        inScope { _ = nestedGroups(depth: depth, leaf: TrackedOperation(freed: freed)) }
+        inScope { _ = makeNest(TrackedOperation(freed: freed)) }
         freed.wait()
     }
 
+    func testOneHundredThousandNestedGroupsRunCancelAndFree() {
+        runCancelAndFree { nestedGroups(depth: Self.nestingDepth, leaf: $0) }
+    }
+
     func testOneHundredThousandNestedSequencesRunCancelAndFree() {
-        let depth = Self.nestingDepth
-        let ran = Locked(0)
-        let outer = nestedSequences(depth: depth, leaf: AsyncBlockOperation { ran.increment(); $0.finish() })
-        XCTAssertEqual(describe(finished(outer).outcome), "succeeded(())")
-        XCTAssertEqual(ran.value, 1)
-
-        let cancelled = nestedSequences(depth: depth, leaf: AsyncBlockOperation { ran.increment(); $0.finish() })
-        cancelled.cancel()
-        XCTAssertEqual(describe(finished(cancelled).outcome), "cancelled")
-        XCTAssertEqual(ran.value, 1)
-
-        let freed = Gate()
-        inScope { _ = nestedSequences(depth: depth, leaf: TrackedOperation(freed: freed)) }
-        freed.wait()
+        runCancelAndFree { nestedSequences(depth: Self.nestingDepth, leaf: $0) }
     }
 
     func testCancellingARunningNestOfOneHundredThousandGroupsReachesTheLeaf() {
@@ -330,8 +321,8 @@ final class ReliabilityTests: BatonTestCase {
         let children = (0..<5).map { _ in ImmediateOperation(.success(1)) }
         let group = GroupOperation(operations: children)
         group.suspend()
-        let queue = OperationQueue()
-        queue.addOperation(group)
+        group.start()   // executing: its children wait in its suspended queue
+        XCTAssertTrue(group.isExecuting)
         group.cancel()
         waitFinished(group)
         XCTAssertEqual(describe(group.outcome), "cancelled")
@@ -345,7 +336,8 @@ final class ReliabilityTests: BatonTestCase {
         let children = (0..<5).map { _ in ImmediateOperation(.success(1)) }
         let group = ResultGroupOperation(operations: children)
         group.suspend()
-        OperationQueue().addOperation(group)
+        group.start()
+        XCTAssertTrue(group.isExecuting)
         group.cancel()
         waitFinished(group)
         XCTAssertEqual(describe(group.result), "cancelled")
@@ -354,7 +346,10 @@ final class ReliabilityTests: BatonTestCase {
     // MARK: - 9. Progress readers see a consistent, monotonic view
 
     func testProgressReadFromOtherThreadsNeverGoesBackwards() {
-        let children = (0..<20_000).map { _ in AsyncBlockOperation { $0.finish() } }
+        // Composite children: a live `Progress` tree updates a parent in several steps per child.
+        let children = (0..<400).map { _ in
+            GroupOperation(operations: (0..<5).map { _ in AsyncBlockOperation { $0.finish() } })
+        }
         let group = GroupOperation(operations: children, maxConcurrentOperationCount: 2)
         let backwards = Locked(0)
         let reads = Locked(0)
@@ -486,8 +481,9 @@ final class ReliabilityTests: BatonTestCase {
             XCTAssertEqual(describe(finished(tree).outcome), "succeeded(())")
             XCTAssertEqual(tree.progress.totalUnitCount, 6)   // a(6) → 5, b → 4, a → 3, b → 2, a → 1, b → 0
         }
-        XCTAssertNil(weakA)
-        XCTAssertNil(weakB)
+        // The tree's item mappings run in tasks, whose captures are released as each task ends (just
+        // after the tree finishes): a leak keeps them forever, so a bounded wait tells the two apart.
+        XCTAssertTrue(eventually { weakA == nil && weakB == nil }, "a cycle of tree nodes leaked")
     }
 
     // MARK: - 14. Awaiting an operation nobody runs ends when the awaiting task is cancelled
@@ -513,9 +509,160 @@ final class ReliabilityTests: BatonTestCase {
         let outcome = await waiting.value
         XCTAssertEqual(describe(outcome), "cancelled")
     }
+
+    // MARK: - Found by the adversarial review of the redesign
+
+    func testCompositesFreedWithoutRunningGiveTheirChildrenBack() throws {
+        for _ in 0..<200 { inScope { _ = GroupOperation(operations: [BlockOperation {}]) } }
+        for _ in 0..<200 { inScope { _ = SequenceOperation<Void>(operations: [BlockOperation {}]) } }
+        let queue = OperationQueue()
+        for _ in 0..<200 {
+            XCTAssertEqual(describe(try queue.addChain([BlockOperation {}]).wait(timeout: testTimeout)), "succeeded(())")
+        }
+        let child = ImmediateOperation(.success(1))
+        inScope { _ = GroupOperation(operations: [child]) }
+        XCTAssertEqual(describe(try child.runAndWait(timeout: testTimeout)), "succeeded(())")
+    }
+
+    func testWaitingForAnotherOperationInsideDidCancelWorks() {
+        let helper = WaitsForCancel()
+        let outer = CancelsAndWaitsForHelper(helper: helper)
+        OperationQueue().addOperation(outer)
+        outer.started.wait()
+        outer.cancel()
+        waitFinished(outer)
+        XCTAssertTrue(outer.waitResult.value.hasPrefix("helper finished"), outer.waitResult.value)
+    }
+
+    func testRunAndWaitInsideAnObserverOfASkippedOperationWorks() {
+        let first = ManualOperation()
+        first.cancel()
+        let second = ImmediateOperation(.success(1))
+        second.cancel()
+        let result = Locked("not called")
+        first.onOutcome { _ in
+            do {
+                let outcome = try second.runAndWait(timeout: testTimeout)
+                result.mutate { $0 = "ok: \(outcome)" }
+            } catch {
+                result.mutate { $0 = "failed: \(error)" }
+            }
+        }
+        finished(first)
+        XCTAssertEqual(result.value, "ok: cancelled")
+    }
+
+    func testASequenceCancelledWhileItsGeneratorRunsFinishesAfterTheGeneratedStep() throws {
+        let first = ImmediateOperation(.success(1))
+        let inGenerator = Gate()
+        let release = Gate()
+        let made = Locked<ImmediateOperation?>(nil)
+        let sequence = SequenceOperation<Int>(first: first) { previous in
+            guard previous === first else { return nil }
+            inGenerator.open()
+            release.wait()
+            let next = ImmediateOperation(.success(2))
+            made.mutate { $0 = next }
+            return next
+        }
+        let order = Locked<[String]>([])
+        sequence.onOutcome { _ in order.append("sequence \(made.value?.isFinished == true ? "after" : "before") its step") }
+        OperationQueue().addOperation(sequence)
+        inGenerator.wait()
+        sequence.cancel()
+        XCTAssertFalse(sequence.isFinished, "the sequence finished while its generator ran")
+        release.open()
+        waitFinished(sequence)
+        XCTAssertEqual(order.value, ["sequence after its step"])
+        let step = try XCTUnwrap(made.value)
+        XCTAssertEqual(describe(step.result), "cancelled")
+        XCTAssertEqual(step.executions.value, 0)
+    }
+
+    func testCancellingARetryWhileShouldRetryRunsEndsItWithoutServingTheDelay() {
+        let inShouldRetry = Gate()
+        let release = Gate()
+        let retry = RetryOperation<Int>(attempts: 3, delay: .fixed(seconds: 3_600), shouldRetry: { _, _ in
+            inShouldRetry.open()
+            release.wait()
+            return true
+        }) { _ in ImmediateOperation(.failure(TestError(code: 1))) }
+        OperationQueue().addOperation(retry)
+        inShouldRetry.wait()
+        retry.cancel()
+        release.open()
+        waitFinished(retry)   // an hour's delay would trip the bounded wait
+        XCTAssertEqual(describe(retry.result), "cancelled")
+        XCTAssertEqual(retry.attemptCount, 1)
+    }
+
+    func testAChainOnAQueueThatRunsOnTheMainThreadRuns() throws {
+        let queue = OperationQueue()
+        queue.underlyingQueue = DispatchQueue.main
+        let operation = ImmediateOperation(.success(1))
+        let handle = try queue.addChain([operation])
+        let deadline = Date().addingTimeInterval(testTimeout)
+        while handle.outcome == nil && Date() < deadline {
+            RunLoop.main.run(until: Date().addingTimeInterval(0.01))   // the queue's work runs here
+        }
+        XCTAssertEqual(describe(handle.outcome), "succeeded(1)")
+        XCTAssertEqual(diagnostics.kinds(for: operation), [])
+    }
+
+    func testAFoundationStageCancelledBehindAPendingBarrierIsFreedSafely() throws {
+        for _ in 0..<100 {
+            let queue = OperationQueue()
+            let running = ManualOperation()
+            queue.addOperation(running)
+            running.started.wait()
+            queue.addBarrierBlock {}   // pending: it waits for `running`
+            let ran = Locked(false)
+            let outcome = Locked<String?>(nil)
+            try inScope {
+                let handle = try queue.addChain([BlockOperation { ran.mutate { $0 = true } }])
+                handle.onFinish { finished in outcome.mutate { $0 = "\(finished)" } }
+                handle.cancel()
+            }
+            running.finish(with: 0)   // the barrier runs and finishes: nothing it points at was freed
+            drain(queue)   // the runner finishes after the chain has reported its outcome
+            XCTAssertEqual(outcome.value, "cancelled")
+            XCTAssertFalse(ran.value)
+        }
+    }
 }
 
 // MARK: - Doubles
+
+/// Finishes when cancelled.
+private final class WaitsForCancel: AsyncOperation, @unchecked Sendable {
+    let started = Gate()
+    override func execute() { started.open() }
+    override func didCancel() { finish() }
+}
+
+/// Runs `helper` on a queue of its own; when cancelled, cancels it and waits for it synchronously.
+private final class CancelsAndWaitsForHelper: AsyncOperation, @unchecked Sendable {
+    let helper: WaitsForCancel
+    let helperQueue = OperationQueue()
+    let waitResult = Locked("not called")
+    let started = Gate()
+    init(helper: WaitsForCancel) { self.helper = helper }
+    override func execute() {
+        helperQueue.addOperation(helper)
+        helper.started.wait()
+        started.open()
+    }
+    override func didCancel() {
+        helper.cancel()
+        do {
+            let outcome = try helper.wait(timeout: testTimeout)
+            waitResult.mutate { $0 = "helper finished: \(outcome)" }
+        } catch {
+            waitResult.mutate { $0 = "helper wait failed: \(error)" }
+        }
+        finish()
+    }
+}
 
 /// Opens `enqueued` the first time Foundation reads `isReady`, which Linux's `OperationQueue` does
 /// inside `addOperation`: a test then knows, without polling, that the operation is being enqueued.
@@ -606,4 +753,16 @@ private final class CancellationSignal: Sendable {
 /// An outcome as text, to compare outcomes (which are not `Equatable`: errors are not).
 private func describe<Output>(_ outcome: Outcome<Output>?) -> String {
     outcome.map { "\($0)" } ?? "nil"
+}
+
+/// Whether `condition` becomes true within `timeout` seconds, checked as other threads make progress
+/// (for releases that happen on another thread just after the event a test can wait on).
+private func eventually(timeout: Double = testTimeout, _ condition: () -> Bool) -> Bool {
+    let deadline = DispatchTime.now() + timeout
+    let tick = DispatchSemaphore(value: 0)
+    while !condition() {
+        guard DispatchTime.now() < deadline else { return false }
+        _ = tick.wait(timeout: .now() + .milliseconds(1))
+    }
+    return true
 }

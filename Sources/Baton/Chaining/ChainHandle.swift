@@ -248,7 +248,9 @@ public final class ChainHandle<Output>: @unchecked Sendable {
             operations[index - 1].removeDependency(operations[index - 2])
             if index >= 3 { operations[index - 2].removeDependency(operations[index - 3]) }
         }
-        queue.launch(operations[index])
+        let stage = operations[index]
+        // A Foundation operation never waits in the (user's) queue itself: see `ForeignStageRunner`.
+        queue.launch(stage is AsyncOperation ? stage : ForeignStageRunner(stage))
     }
 
     private func complete() {

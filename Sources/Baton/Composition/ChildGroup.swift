@@ -54,8 +54,12 @@ final class ChildGroup: @unchecked Sendable {
     }
 
     deinit {
-        // A child may itself be a composite holding its own children: release them in a loop, not
-        // by recursion through every level's `deinit`.
+        // Freed without launching them (the group never ran): they are free for another owner again.
+        if !state.withLock({ $0.isStarted }) {
+            for child in state.withLock({ $0.children }) { child.unclaim() }
+        }
+        // A child may itself be a composite holding its own children: release them in a loop, not by
+        // recursion through every level's `deinit`. The array is handed over as the only reference.
         Trampoline.dispose(state.withLock { state in
             defer { state.children = [] }
             return state.children
@@ -167,14 +171,13 @@ final class ChildGroup: @unchecked Sendable {
         applySuspension()
     }
 
-    /// The owner finished without executing: its children will never be launched, so they are
-    /// cancelled and finished here, and nobody waiting on them hangs.
-    func retireAll() {
-        let children: [Operation] = state.withLock { state in
+    /// The owner finished without executing: closes the group and hands back the children it will
+    /// never launch, for the owner to retire.
+    func takeUnlaunched() -> [Operation] {
+        state.withLock { state in
             state.isClosed = true
             return state.isStarted ? [] : state.children
         }
-        for child in children { child.retire() }
     }
 
     /// Whether the internal queue holds back children. Ignored once the group was cancelled.

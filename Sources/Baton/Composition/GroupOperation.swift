@@ -94,8 +94,8 @@ open class GroupOperation: AsyncOperation, ProgressReporting, @unchecked Sendabl
         group.cancelAll()
     }
 
-    override func didFinishWithoutExecuting() {
-        group.retireAll()
+    override func takeUnlaunchedChildren() -> [Operation] {
+        group.takeUnlaunched()
     }
 
     override func preflightFailure(_ state: State) -> (any Error)? {

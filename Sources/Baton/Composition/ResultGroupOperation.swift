@@ -77,8 +77,8 @@ public final class ResultGroupOperation<Element>: ResultOperation<[Element]>, Pr
         group.cancelAll()
     }
 
-    override func didFinishWithoutExecuting() {
-        group.retireAll()
+    override func takeUnlaunchedChildren() -> [Operation] {
+        group.takeUnlaunched()
     }
 
     override func preflightFailure(_ state: State) -> (any Error)? {

@@ -38,6 +38,8 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
         var made: [ResultOperation<Output>] = []
         /// Where the retry is: running an attempt, waiting before the next one, or done.
         var phase = Phase.attempting
+        /// `didCancel()` ran: a failed attempt being handled now must not start a wait.
+        var cancelRequested = false
         var progress = ProgressCount()
     }
 
@@ -87,7 +89,10 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
 
     /// Cancels the running attempt, or ends the wait between attempts.
     public override func didCancel() {
-        let (current, waiting) = attempts.withLock { ($0.made.last, $0.phase == .waiting) }
+        let (current, waiting) = attempts.withLock { attempts in
+            attempts.cancelRequested = true
+            return (attempts.made.last, attempts.phase == .waiting)
+        }
         if waiting {
             end { $0.finish() }
         } else if let current, !current.isFinished {
@@ -122,6 +127,8 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
         queue.launch(operation)
     }
 
+    private enum AfterFailure { case wait, stop, endCancelled }
+
     private func attemptFinished(_ operation: ResultOperation<Output>, number: Int) {
         switch operation.result ?? .cancelled {
         case .succeeded(let output):
@@ -137,12 +144,19 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
             }
             let wait = delay.seconds(beforeAttempt: number + 1)
             guard wait > 0 else { return launch(attempt: number + 1) }
-            let waiting = attempts.withLock { attempts -> Bool in
-                guard attempts.phase != .done else { return false }
+            // One decision with `didCancel()`: a cancel that arrived while `shouldRetry` ran (or just
+            // before) ends the retry now instead of serving the delay.
+            let next: AfterFailure = attempts.withLock { attempts in
+                guard attempts.phase != .done else { return .stop }
+                if attempts.cancelRequested { return .endCancelled }
                 attempts.phase = .waiting
-                return true
+                return .wait
             }
-            guard waiting else { return }
+            switch next {
+            case .stop: return
+            case .endCancelled: return end { $0.finish() }
+            case .wait: break
+            }
             DispatchQueue.global().asyncAfter(deadline: .now() + wait) { [weak self] in
                 guard let self, self.attempts.withLock({ $0.phase == .waiting }) else { return }
                 self.launch(attempt: number + 1)

@@ -41,11 +41,16 @@ open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting
         /// A step that is due while the sequence is suspended: the next operation and the one before.
         var due: (next: Operation, upstream: Operation?)?
         var isDone = false
+        /// A thread is between taking (or making) the next step and launching it.
+        var isAdvancing = false
+        /// Set when the sequence stopped while a thread was advancing: that thread retires the step it
+        /// holds and reports here, so the sequence finishes after that step too.
+        var ending: Countdown?
         var progress = ProgressCount()
 
-        /// Takes the next untaken step, unless the sequence has stopped.
+        /// Takes the next untaken step.
         mutating func takeNext() -> Operation? {
-            guard !isDone, nextUntaken < untaken.count else { return nil }
+            guard nextUntaken < untaken.count else { return nil }
             defer {
                 untaken[nextUntaken] = nil
                 nextUntaken += 1
@@ -53,7 +58,7 @@ open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting
             return untaken[nextUntaken]
         }
 
-        /// Everything the sequence took, or will never take, that has not run: it must be retired.
+        /// Stops the sequence: what it took, or will never take, and has not run must be retired.
         mutating func stop() -> [Operation]? {
             guard !isDone else { return nil }
             isDone = true
@@ -132,10 +137,15 @@ open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting
     }
 
     deinit {
-        // Steps may be composites holding their own children: release them in a loop.
+        // Freed without running them: they are free for another owner again.
+        for operation in steps.withLock({ $0.untaken.compactMap { $0 } + ($0.due.map { [$0.next] } ?? []) }) {
+            operation.unclaim()
+        }
+        // Steps may be composites holding their own children: release them in a loop. The steps are
+        // handed over as the only reference.
         Trampoline.dispose(steps.withLock { steps in
             defer { steps = Steps() }
-            return (steps.untaken, steps.launched, steps.current, steps.due?.next)
+            return steps
         })
     }
 
@@ -160,8 +170,10 @@ open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting
     public final func resume() {
         let due = steps.withLock { steps -> (next: Operation, upstream: Operation?)? in
             steps.isSuspended = false
-            defer { steps.due = nil }
-            return steps.due
+            guard let due = steps.due, !steps.isDone else { return nil }
+            steps.due = nil
+            steps.isAdvancing = true
+            return due
         }
         if let due { proceed(to: due.next, after: due.upstream) }
     }
@@ -184,9 +196,8 @@ open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting
         }
     }
 
-    override func didFinishWithoutExecuting() {
-        let unrun = steps.withLock { $0.stop() } ?? []
-        for operation in unrun { operation.retire() }
+    override func takeUnlaunchedChildren() -> [Operation] {
+        steps.withLock { $0.stop() } ?? []
     }
 
     override func preflightFailure(_ state: State) -> (any Error)? {
@@ -212,69 +223,93 @@ open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting
             }
         }
         if isCancelled { return stop(.cancelled) }
-        switch nextOperation(after: finished) {
-        case .step(let next): proceed(to: next, after: finished)
-        case .end: stop(.succeeded(last: finished))
-        case .stopped: break
-        case .refused(let error): stop(.failed(error))
+        // Taking the next step and launching it is one advance: a stop meanwhile is completed by this
+        // thread (see `proceed`), so the sequence never finishes before a step it took.
+        let taken: (stopped: Bool, step: Operation?) = steps.withLock { steps in
+            guard !steps.isDone else { return (true, nil) }
+            steps.isAdvancing = true
+            return (false, steps.takeNext())
         }
-    }
-
-    private enum Next {
-        case step(Operation)
-        case end
-        /// The sequence stopped meanwhile; nothing was taken.
-        case stopped
-        /// The generator returned an operation that something else holds.
-        case refused(BatonError)
-    }
-
-    private func nextOperation(after finished: Operation?) -> Next {
-        if let first = steps.withLock({ $0.takeNext() }) { return .step(first) }
-        guard case .generator(let next) = source, let finished else {
-            return steps.withLock { $0.isDone } ? .stopped : .end
+        if taken.stopped { return }
+        var next = taken.step
+        var refusal: BatonError?
+        if next == nil, case .generator(let makeNext) = source, let finished, let made = makeNext(finished) {
+            do {
+                try made.claim()
+                next = made
+                steps.withLock { $0.progress.total += 1 }
+            } catch {
+                refusal = error
+            }
         }
-        guard let made = next(finished) else { return .end }
-        do { try made.claim() } catch { return .refused(error) }
-        steps.withLock { $0.progress.total += 1 }
-        return .step(made)
+        proceed(to: next, after: finished, refusal: refusal)
     }
 
-    private enum StepDecision { case launch, park, retire }
+    private enum StepDecision {
+        case launch(Operation)
+        case park
+        /// The sequence stopped while this thread advanced: retire the step, then report to `ending`.
+        case retire(Operation?, ending: Countdown?)
+        case stop(Ending, retiring: Operation?)
+    }
 
-    /// Launches `next`, unless the sequence stopped, was cancelled or is suspended meanwhile: one
-    /// decision under the lock, so a step is either launched, parked as due, or retired (cancelled
-    /// without executing) — never dropped. A cancelled sequence then stops through `didCancel()`.
-    private func proceed(to next: Operation, after upstream: Operation?) {
+    /// Ends an advance: launches `next`, parks it while the sequence is suspended, or — when the
+    /// sequence stopped, was cancelled, or has no next step — stops or retires. One decision under the
+    /// lock, so a step is launched, parked or retired, never dropped.
+    private func proceed(to next: Operation?, after upstream: Operation?, refusal: BatonError? = nil) {
         let cancelled = isCancelled
         let decision: StepDecision = steps.withLock { steps in
-            if steps.isDone || cancelled { return .retire }
+            steps.isAdvancing = false
+            if steps.isDone {
+                defer { steps.ending = nil }
+                return .retire(next, ending: steps.ending)
+            }
+            if cancelled { return .stop(.cancelled, retiring: next) }
+            if let refusal { return .stop(.failed(refusal), retiring: nil) }
+            guard let next else { return .stop(.succeeded(last: upstream), retiring: nil) }
             if steps.isSuspended {
                 steps.due = (next, upstream)
                 return .park
             }
             steps.current = next
             steps.launched.append(next)
-            return .launch
+            return .launch(next)
         }
         switch decision {
         case .park:
             break
-        case .retire:
-            next.retire()
-        case .launch:
+        case .launch(let next):
             if let upstream { Handoff.pass(from: upstream, to: next, adapter: adapter) }
             next.observeCompletion { self.advance(after: next) }
             queue.launch(next)
+        case .retire(let step, let ending):
+            switch (step, ending) {
+            case (let step?, let ending?): Operation.retire([step], reportingTo: ending)
+            case (let step?, nil): step.retire()
+            case (nil, let ending?): ending.tick()
+            case (nil, nil): break
+            }
+        case .stop(let ending, let step):
+            stop(ending, alsoRetiring: step)
         }
     }
 
-    private func stop(_ ending: Ending) {
-        guard let unrun = steps.withLock({ $0.stop() }) else { return }
-        for operation in unrun { operation.retire() }
-        // After the retirements (the trampoline runs them first when this thread is draining): the
-        // sequence finishes after every step it took.
-        Trampoline.run { self.end(ending) }
+    private func stop(_ ending: Ending, alsoRetiring extra: Operation? = nil) {
+        let ended = UncheckedSendable(value: ending)
+        let decided: (unrun: [Operation], countdown: Countdown)? = steps.withLock { steps in
+            guard var unrun = steps.stop() else { return nil }
+            if let extra { unrun.append(extra) }
+            // A thread still advancing holds a step: it retires it and reports, as one more event.
+            let countdown = Countdown(events: unrun.count + (steps.isAdvancing ? 1 : 0)) { self.end(ended.value) }
+            if steps.isAdvancing { steps.ending = countdown }
+            return (unrun, countdown)
+        }
+        guard let decided else {
+            if let extra { extra.retire() }
+            return
+        }
+        Operation.retire(decided.unrun, reportingTo: decided.countdown)
+        decided.countdown.tick()
     }
 
     private func end(_ ending: Ending) {

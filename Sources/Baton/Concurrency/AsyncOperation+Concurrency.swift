@@ -20,8 +20,9 @@ extension AsyncOperation {
                 whenFinished { [weak self] in waiter.resume(with: self?.storedOutcome ?? .cancelled) }
             }.value
         } onCancel: {
-            waiter.resume(with: .cancelled)
+            // The operation first, so that the awaiting task resumes with it already cancelled.
             self.cancel()
+            waiter.resume(with: .cancelled)
         }
     }
 }

@@ -6,34 +6,41 @@ import Glibc
 import Musl
 #endif
 
-/// Runs work that would otherwise recurse through nested composites as a loop on the calling thread.
+/// Runs work that would otherwise recurse through nested composites without letting the stack grow
+/// with the nesting depth.
 ///
-/// A finish that completes its parent, which completes its own parent, and so on, would use one stack
-/// frame per level: 100,000 nested groups overflow any thread's stack. Every such step goes through
-/// ``run(_:)`` instead. The outermost call on a thread runs its work and then drains what that work
-/// scheduled, in order; a call made while the thread is already draining only appends. The stack
-/// depth is therefore constant whatever the nesting depth, and nothing crosses threads: the work still
-/// runs on the thread that caused it.
+/// A finish that completes its parent, which completes its own parent, and so on, uses stack frames
+/// per level: 100,000 nested groups overflow any thread's stack. Every such step goes through
+/// ``run(_:)``. Work runs at once, on the calling thread, as a plain call would — so code inside a
+/// callback that cancels or starts another operation and waits for it still works — until this
+/// thread's Baton work is ``depthLimit`` calls deep. Deeper work is deferred to the outermost call on
+/// the thread, which runs it in a loop once the stack has unwound (depth first: what an item schedules
+/// runs before the items pending when it started). The stack depth is bounded whatever the nesting,
+/// and nothing crosses threads: the work runs on the thread that caused it.
 ///
-/// The same loop releases what composites held (``dispose(_:)``): the release of a child that is itself
-/// a composite releases its own children inside the loop, not inside the parent's `deinit`.
+/// The same mechanism releases what composites held (``dispose(_:)``), so that releasing a nest of
+/// composites does not recurse through every level's `deinit`.
 ///
-/// Each thread has its own queue of work (a thread-local value), so there is no lock here.
+/// Each thread has its own state (a thread-local value), so there is no lock here.
 enum Trampoline {
-    /// Runs `work` now, or, if this thread is already inside `run`, after the work before it.
+    /// How many nested Baton steps run as plain calls before the rest is deferred. Each step costs a
+    /// few stack frames; 16 keeps the total far below the smallest thread stack Baton runs on.
+    static let depthLimit = 16
+
+    /// Runs `work` now, or, this thread being ``depthLimit`` steps deep, once the stack has unwound.
     static func run(_ work: @escaping () -> Void) {
         let local = LocalQueue.current
-        if local.isDraining {
+        if local.depth >= depthLimit {
             local.append(work)
             return
         }
-        local.isDraining = true
+        local.depth += 1
         work()
-        local.drain()
-        local.isDraining = false
+        local.depth -= 1
+        if local.depth == 0 { local.drain() }
     }
 
-    /// Releases `value` inside the loop, so that releasing a nest of composites does not recurse.
+    /// Releases `value` through ``run(_:)``, so that releasing a nest of composites does not recurse.
     static func dispose<Value>(_ value: consuming Value) {
         let box = Box(value)
         run { box.clear() }
@@ -45,29 +52,31 @@ enum Trampoline {
         func clear() { value = nil }
     }
 
-    /// The work a thread has scheduled while it drains, run depth-first: what an item schedules runs,
-    /// in the order it was scheduled, before the items that were pending when it started. So a
-    /// composite that schedules its children's retirement and then its own finish finishes after
-    /// every one of them (and their own children), as it would with plain recursion.
+    /// A thread's nesting depth and its deferred work, run depth-first by the outermost call.
     private final class LocalQueue {
-        var isDraining = false
-        /// Pending work; the last element runs next.
+        var depth = 0
+        /// Deferred work; the last element runs next.
         private var stack: [() -> Void] = []
-        /// Work scheduled by the item that is running now, in order.
+        /// Work deferred by the item that is running now, in order.
         private var scheduled: [() -> Void] = []
 
         func append(_ work: @escaping () -> Void) {
             scheduled.append(work)
         }
 
-        /// Runs until nothing is pending. Elements are moved out of the arrays before they run or are
-        /// released, so work that schedules more work (or a `deinit` that does) never touches an array
-        /// while it is being mutated.
+        /// Runs deferred work until there is none, each item as a step of depth 1. Elements are moved
+        /// out of the arrays before they run or are released, so work that defers more work (or a
+        /// `deinit` that does) never touches an array while it is being mutated.
         func drain() {
             while true {
                 while let work = scheduled.popLast() { stack.append(work) }
-                guard let work = stack.popLast() else { return }
+                guard var work = stack.popLast() else { return }
+                depth += 1
                 work()
+                // Released while the step still counts: a `deinit` it triggers defers its own work
+                // instead of starting a nested drain.
+                work = {}
+                depth -= 1
             }
         }
 

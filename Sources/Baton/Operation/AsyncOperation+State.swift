@@ -23,8 +23,10 @@ extension AsyncOperation {
         case unclaimed
         /// A Baton entry point has it and will launch it, or start it itself.
         case claimed
-        /// In `queue` (or being added to it): only that queue may start it.
-        case enqueued(queue: ObjectIdentifier)
+        /// In `queue` (or being added to it): only that queue may start it. A queue that runs its
+        /// operations on the main thread is recognised by the thread, since `OperationQueue.current`
+        /// there is always `OperationQueue.main`.
+        case enqueued(queue: ObjectIdentifier, onMainThread: Bool)
         /// Baton starts it itself, on this thread (cancelled launches, retired children, adapters).
         case direct
 
@@ -34,7 +36,8 @@ extension AsyncOperation {
             switch self {
             case .unclaimed, .direct: return true
             case .claimed: return false
-            case .enqueued(let queue):
+            case .enqueued(let queue, let onMainThread):
+                if onMainThread { return Thread.isMainThread }
                 return OperationQueue.current.map(ObjectIdentifier.init) == queue
             }
         }

@@ -102,10 +102,10 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         return nil
     }
 
-    /// Called when the operation finishes without entering ``execute()`` (cancelled, skipped, or
-    /// finished before start or during the start announcement), before its outcome is announced:
-    /// composites retire the children they never launched.
-    func didFinishWithoutExecuting() {}
+    /// Called once when the operation finishes without entering ``execute()`` (cancelled, skipped, or
+    /// finished before start or during the start announcement): composites return the children they
+    /// never launched, which are retired and finish before the operation does.
+    func takeUnlaunchedChildren() -> [Operation] { [] }
 
     /// An operation that a `cancel()` of this one is passed to instead (chain adapters).
     var cancellationTarget: Operation? {
@@ -200,14 +200,15 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     }
 
     /// Finishes an operation that never entered ``execute()`` (skipped at start, or cancelled or
-    /// finished during the start announcement): composites retire the children they never launched,
-    /// and those finish before this operation does (the trampoline runs what an item schedules in
-    /// order, depth first).
+    /// finished during the start announcement). A composite's unlaunched children are retired first,
+    /// and the operation finishes once every one of them has.
     private func finishWithoutExecuting(_ effects: FinishEffects) {
-        Trampoline.run {
-            self.didFinishWithoutExecuting()
-            Trampoline.run { self.performFinish(effects) }
-        }
+        let children = takeUnlaunchedChildren()
+        guard !children.isEmpty else { return performFinish(effects) }
+        let pending = UncheckedSendable(value: effects)
+        let countdown = Countdown(events: children.count) { self.performFinish(pending.value) }
+        Operation.retire(children, reportingTo: countdown)
+        countdown.tick()
     }
 
     /// Calls ``execute()`` (the state is already `inside`), then delivers what arrived meanwhile: a

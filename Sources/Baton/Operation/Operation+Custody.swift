@@ -1,17 +1,30 @@
 import Foundation
 
-/// The Foundation operations (not Baton's) that a Baton entry point holds, by identity. A Baton
-/// operation keeps its custody in its own state; Foundation's cannot, so they are listed here from
-/// their claim until they finish.
+/// The Foundation operations (not Baton's) that a Baton entry point holds. A Baton operation keeps
+/// its custody in its own state; Foundation's cannot, so they are listed here from their claim until
+/// they finish (or their owner gives them back). Entries hold the operation weakly: an entry whose
+/// operation was freed is stale, so a new object at the same address is never refused.
 enum ForeignCustody {
-    private static let held = Mutex(Set<ObjectIdentifier>())
+    private struct Entry {
+        weak var operation: Operation?
+    }
+
+    private static let held = Mutex([ObjectIdentifier: Entry]())
 
     static func claim(_ operation: Operation) -> Bool {
-        held.withLock { $0.insert(ObjectIdentifier(operation)).inserted }
+        held.withLock { held in
+            let id = ObjectIdentifier(operation)
+            if let entry = held[id], entry.operation === operation { return false }
+            held[id] = Entry(operation: operation)
+            return true
+        }
     }
 
     static func release(_ operation: Operation) {
-        _ = held.withLock { $0.remove(ObjectIdentifier(operation)) }
+        held.withLock { held in
+            let id = ObjectIdentifier(operation)
+            if let entry = held[id], entry.operation == nil || entry.operation === operation { held[id] = nil }
+        }
     }
 }
 
@@ -34,7 +47,8 @@ extension Operation {
         guard ForeignCustody.claim(self) else { throw .alreadyEnqueued(operation: batonName) }
     }
 
-    /// Gives back a claim that was never used (the rest of a chain failed validation).
+    /// Gives back a claim that was never used (the rest of a chain failed validation, or a composite
+    /// was freed without running).
     func unclaim() {
         if let baton = self as? AsyncOperation {
             baton.core.withLock { state in
@@ -57,6 +71,13 @@ extension Operation {
             for operation in operations[..<claimed] { operation.unclaim() }
             throw error
         }
+    }
+
+    /// Retires `operations` and then reports to `countdown` as each of them finishes (a composite
+    /// finishes only after the children it retires).
+    static func retire(_ operations: [Operation], reportingTo countdown: Countdown) {
+        for operation in operations { operation.observeCompletion { countdown.tick() } }
+        for operation in operations { operation.retire() }
     }
 
     /// Finishes a claimed operation that will never be launched: cancelled, then started here, so that
@@ -112,13 +133,15 @@ extension AsyncOperation {
     /// Decides, under the lock, whether the operation goes to the queue (which alone may then start
     /// it) or is started here.
     func beginLaunch(on queue: OperationQueue) -> LaunchPath {
-        core.withLock { state in
+        // `DispatchQueue.main` is a new wrapper on every read on Linux: compare the label.
+        let onMainThread = queue === OperationQueue.main || queue.underlyingQueue?.label == DispatchQueue.main.label
+        return core.withLock { state in
             guard state.phase == .pending else { return .none }
             if state.isCancelled || state.earlyOutcome != nil {
                 state.custody = .direct
                 return .startHere
             }
-            state.custody = .enqueued(queue: ObjectIdentifier(queue))
+            state.custody = .enqueued(queue: ObjectIdentifier(queue), onMainThread: onMainThread)
             return .enqueue
         }
     }

@@ -119,11 +119,17 @@ final class TrackedOperation: AsyncOperation, @unchecked Sendable {
     deinit { freed.open() }
 }
 
-/// Runs `body` on a fresh queue and waits (bounded) for the queue to drain.
+/// Waits (bounded) for the queue to drain: a barrier block runs once everything before it has
+/// finished. Linux's queue unlinks a finished operation only after it has dispatched its completion
+/// block, so a barrier can run while the queue still lists it: barriers are repeated (a bounded number
+/// of times) until the queue is empty.
 func drain(_ queue: OperationQueue, file: StaticString = #filePath, line: UInt = #line) {
-    let done = Gate()
-    queue.addBarrierBlock { done.open() }
-    done.wait(file: file, line: line)
+    for _ in 0..<1_000 {
+        let done = Gate()
+        queue.addBarrierBlock { done.open() }
+        guard done.wait(file: file, line: line) else { return }
+        if queue.operationCount == 0 { return }
+    }
 }
 
 /// Runs `body` in its own scope, so that its locals are released when it returns.
