@@ -81,6 +81,26 @@ final class ReliabilityTests: BatonTestCase {
         }
     }
 
+    /// The window made deterministic: a stage whose `isCancelled` read (the launch check) cancels it,
+    /// launched while a barrier is pending. Linux's `addOperation` holds the queue's lock while it
+    /// makes the new operation depend on the barrier, and for an operation Foundation sees cancelled
+    /// that path takes the same lock again: the queue deadlocks for good.
+    func testACancellationBetweenTheLaunchCheckAndTheAddNeverDeadlocksTheQueue() throws {
+        let queue = OperationQueue()
+        let first = ManualOperation()
+        let second = CancelledWhenChecked { }
+        let handle = try queue.addChain([first, second])
+        first.started.wait()
+        let running = ManualOperation()
+        queue.addOperation(running)
+        running.started.wait()
+        queue.addBarrierBlock {}   // pending: it waits for `first` and `running`
+        DispatchQueue.global().async { first.finish(with: 1) }   // the chain launches `second` now
+        DispatchQueue.global().async { running.finish(with: 0) }
+        // A deadlocked queue never finishes the chain: the bounded wait throws `timedOut`.
+        XCTAssertNoThrow(try handle.wait(timeout: testTimeout))
+    }
+
     // MARK: - 3. Nesting costs no stack
 
     private static let nestingDepth = ProcessInfo.processInfo.environment["BATON_NESTING_DEPTH"].flatMap(Int.init) ?? 100_000
@@ -632,6 +652,26 @@ final class ReliabilityTests: BatonTestCase {
 }
 
 // MARK: - Doubles
+
+/// A Foundation operation that cancels itself the first time its `isCancelled` is read.
+private final class CancelledWhenChecked: BlockOperation, @unchecked Sendable {
+    private let checked = Locked(false)
+    convenience init(_ block: @escaping @Sendable () -> Void) {
+        self.init()
+        addExecutionBlock(block)
+    }
+    override var isCancelled: Bool {
+        let first = checked.mutate { checked -> Bool in
+            defer { checked = true }
+            return !checked
+        }
+        if first {
+            cancel()
+            return false
+        }
+        return super.isCancelled
+    }
+}
 
 /// Finishes when cancelled.
 private final class WaitsForCancel: AsyncOperation, @unchecked Sendable {
