@@ -649,6 +649,78 @@ final class ReliabilityTests: BatonTestCase {
             XCTAssertFalse(ran.value)
         }
     }
+
+    // MARK: - Found by the second review
+
+    func testAFoundationStageWithAnOutsideDependencyStartsOnlyOnceItIsReady() throws {
+        for _ in 0..<300 {
+            let trigger = BlockOperation {}
+            let stage = BlockOperation {}
+            stage.addDependency(trigger)
+            let handle = try OperationQueue().addChain([stage])
+            DispatchQueue.global().async { trigger.start() }
+            XCTAssertEqual(describe(try handle.wait(timeout: testTimeout)), "succeeded(())")
+        }
+    }
+
+    func testAFoundationStageWaitsForADependencyAddedAfterChaining() throws {
+        let queue = OperationQueue()
+        queue.isSuspended = true
+        let stage = BlockOperation {}
+        let outside = ManualOperation()
+        let handle = try queue.addChain([stage, ImmediateOperation(.success(1))])
+        stage.addDependency(outside)
+        queue.isSuspended = false
+        OperationQueue().addOperation(outside)
+        outside.started.wait()
+        XCTAssertFalse(stage.isFinished, "the stage ran before its dependency finished")
+        outside.finish(with: 0)
+        XCTAssertEqual(describe(try handle.wait(timeout: testTimeout)), "succeeded(1)")
+    }
+
+    func testCancellingAllOperationsOfTheChainsQueueEndsAChainWithAFoundationStage() throws {
+        let queue = OperationQueue()
+        queue.isSuspended = true
+        let block = BlockOperation {}
+        let handle = try queue.addChain([block, ImmediateOperation(.success(1))])
+        queue.cancelAllOperations()
+        queue.isSuspended = false
+        XCTAssertEqual(describe(try handle.wait(timeout: testTimeout)), "cancelled")
+        XCTAssertTrue(block.isFinished)
+        XCTAssertTrue(block.isCancelled)
+    }
+
+    func testACancelledGroupWhoseFoundationChildAlreadyFinishedStillFinishes() {
+        let block = BlockOperation {}
+        let group = GroupOperation(operations: [block])
+        block.start()   // misuse Baton cannot refuse for a Foundation operation
+        group.cancel()
+        XCTAssertEqual(describe(finished(group).outcome), "cancelled")
+    }
+
+    func testRunAndWaitInAnObserverOfADeepNestOfCancelledGroupsWorks() {
+        for levels in [1, 7, 16, 24] {
+            let leaf = ManualOperation(finishesOnCancel: true)
+            var top = GroupOperation(operations: [leaf])
+            for _ in 1..<levels { top = GroupOperation(operations: [top]) }
+            let result = Locked("not called")
+            top.onOutcome { _ in
+                let probe = ImmediateOperation(.success(1))
+                probe.cancel()
+                do {
+                    let outcome = try probe.runAndWait(timeout: testTimeout)
+                    result.mutate { $0 = "ok: \(outcome)" }
+                } catch {
+                    result.mutate { $0 = "failed: \(error)" }
+                }
+            }
+            OperationQueue().addOperation(top)
+            leaf.started.wait()
+            top.cancel()
+            waitFinished(top)
+            XCTAssertEqual(result.value, "ok: cancelled", "\(levels) nested groups")
+        }
+    }
 }
 
 // MARK: - Doubles

@@ -250,23 +250,49 @@ open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting
         case park
         /// The sequence stopped while this thread advanced: retire the step, then report to `ending`.
         case retire(Operation?, ending: Countdown?)
-        case stop(Ending, retiring: Operation?)
+        /// The advance ended the sequence: retire these, then finish through the countdown.
+        case stopped(StopPlan)
+    }
+
+    /// What a stop must retire, and the countdown that finishes the sequence after them.
+    private struct StopPlan {
+        let unrun: [Operation]
+        let countdown: Countdown
+    }
+
+    /// Stops the sequence (under the lock): every step it took or will never take and has not run is
+    /// retired, and the sequence finishes once they all have. A thread still advancing holds a step:
+    /// it reports once it has retired that step, as one more event.
+    private func planStop(_ steps: inout Steps, _ ending: Ending, alsoRetiring extra: Operation?) -> StopPlan? {
+        guard var unrun = steps.stop() else { return nil }
+        if let extra { unrun.append(extra) }
+        let ended = UncheckedSendable(value: ending)
+        let countdown = Countdown(events: unrun.count + (steps.isAdvancing ? 1 : 0)) { self.end(ended.value) }
+        if steps.isAdvancing { steps.ending = countdown }
+        return StopPlan(unrun: unrun, countdown: countdown)
+    }
+
+    private func carryOut(_ plan: StopPlan) {
+        Operation.retire(plan.unrun, reportingTo: plan.countdown)
+        plan.countdown.tick()
     }
 
     /// Ends an advance: launches `next`, parks it while the sequence is suspended, or — when the
     /// sequence stopped, was cancelled, or has no next step — stops or retires. One decision under the
-    /// lock, so a step is launched, parked or retired, never dropped.
+    /// lock, so a step is launched, parked or retired, never dropped, and the sequence finishes after it.
     private func proceed(to next: Operation?, after upstream: Operation?, refusal: BatonError? = nil) {
         let cancelled = isCancelled
-        let decision: StepDecision = steps.withLock { steps in
+        let decision: StepDecision? = steps.withLock { steps in
             steps.isAdvancing = false
             if steps.isDone {
                 defer { steps.ending = nil }
                 return .retire(next, ending: steps.ending)
             }
-            if cancelled { return .stop(.cancelled, retiring: next) }
-            if let refusal { return .stop(.failed(refusal), retiring: nil) }
-            guard let next else { return .stop(.succeeded(last: upstream), retiring: nil) }
+            if cancelled { return planStop(&steps, .cancelled, alsoRetiring: next).map(StepDecision.stopped) }
+            if let refusal { return planStop(&steps, .failed(refusal), alsoRetiring: nil).map(StepDecision.stopped) }
+            guard let next else {
+                return planStop(&steps, .succeeded(last: upstream), alsoRetiring: nil).map(StepDecision.stopped)
+            }
             if steps.isSuspended {
                 steps.due = (next, upstream)
                 return .park
@@ -276,40 +302,26 @@ open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting
             return .launch(next)
         }
         switch decision {
-        case .park:
+        case nil, .park?:
             break
-        case .launch(let next):
+        case .launch(let next)?:
             if let upstream { Handoff.pass(from: upstream, to: next, adapter: adapter) }
             next.observeCompletion { self.advance(after: next) }
             queue.launch(next)
-        case .retire(let step, let ending):
+        case .retire(let step, let ending)?:
             switch (step, ending) {
             case (let step?, let ending?): Operation.retire([step], reportingTo: ending)
             case (let step?, nil): step.retire()
             case (nil, let ending?): ending.tick()
             case (nil, nil): break
             }
-        case .stop(let ending, let step):
-            stop(ending, alsoRetiring: step)
+        case .stopped(let plan)?:
+            carryOut(plan)
         }
     }
 
-    private func stop(_ ending: Ending, alsoRetiring extra: Operation? = nil) {
-        let ended = UncheckedSendable(value: ending)
-        let decided: (unrun: [Operation], countdown: Countdown)? = steps.withLock { steps in
-            guard var unrun = steps.stop() else { return nil }
-            if let extra { unrun.append(extra) }
-            // A thread still advancing holds a step: it retires it and reports, as one more event.
-            let countdown = Countdown(events: unrun.count + (steps.isAdvancing ? 1 : 0)) { self.end(ended.value) }
-            if steps.isAdvancing { steps.ending = countdown }
-            return (unrun, countdown)
-        }
-        guard let decided else {
-            if let extra { extra.retire() }
-            return
-        }
-        Operation.retire(decided.unrun, reportingTo: decided.countdown)
-        decided.countdown.tick()
+    private func stop(_ ending: Ending) {
+        if let plan = steps.withLock({ planStop(&$0, ending, alsoRetiring: nil) }) { carryOut(plan) }
     }
 
     private func end(_ ending: Ending) {

@@ -20,6 +20,27 @@ extension Operation {
         }
     }
 
+    /// Calls `body` exactly once when the operation has finished, or at once if it already has. For a
+    /// Foundation operation that finished before the call, its completion block will not run again:
+    /// the finished state is checked after the block is installed, and a flag makes sure only one of
+    /// the two calls `body`.
+    func observeCompletionOnce(_ body: @escaping @Sendable () -> Void) {
+        if let baton = self as? AsyncOperation {
+            baton.whenFinished(body)
+            return
+        }
+        let called = Mutex(false)
+        let once: @Sendable () -> Void = {
+            let first = called.withLock { called -> Bool in
+                defer { called = true }
+                return !called
+            }
+            if first { body() }
+        }
+        observeCompletion(once)
+        if isFinished { once() }
+    }
+
     /// The outcome as a chain or a composite sees it: a Baton operation's own, or for a Foundation
     /// operation cancelled or succeeded (without an output).
     var observedOutcome: Outcome<Any?> {

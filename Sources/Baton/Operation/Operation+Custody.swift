@@ -76,7 +76,7 @@ extension Operation {
     /// Retires `operations` and then reports to `countdown` as each of them finishes (a composite
     /// finishes only after the children it retires).
     static func retire(_ operations: [Operation], reportingTo countdown: Countdown) {
-        for operation in operations { operation.observeCompletion { countdown.tick() } }
+        for operation in operations { operation.observeCompletionOnce { countdown.tick() } }
         for operation in operations { operation.retire() }
     }
 
@@ -162,7 +162,10 @@ extension OperationQueue {
             if let baton = operation as? AsyncOperation {
                 switch baton.beginLaunch(on: self) {
                 case .enqueue: enqueued.append(baton)
-                case .startHere: Trampoline.run { baton.start() }
+                // A plain call: the start of a cancelled operation only retires and finishes, and what
+                // that recurses into goes through the trampoline. A caller that waits for the
+                // operation (runAndWait, value(on:)) finds it finished when this returns.
+                case .startHere: baton.start()
                 case .none: break
                 }
             } else {
