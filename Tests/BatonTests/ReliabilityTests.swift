@@ -42,11 +42,7 @@ final class ReliabilityTests: BatonTestCase {
     /// finishes once the barrier has run, and nothing touches it after it is freed.
     func testAChainCancelledBehindAPendingBarrierIsFreedSafely() throws {
         for _ in 0..<50 {
-            let queue = OperationQueue()
-            let running = ManualOperation()
-            queue.addOperation(running)
-            running.started.wait()
-            queue.addBarrierBlock {}   // pending: it waits for `running`
+            let (queue, running) = queueWithPendingBarrier()
             let freed = Gate()
             let outcome = Locked<String?>(nil)
             try inScope {
@@ -67,11 +63,7 @@ final class ReliabilityTests: BatonTestCase {
         // The chain advances on the queue's threads (its cancelled first stage finishes) while
         // `cancel()` is still marking the later stages: each launch races a cancellation.
         for _ in 0..<100 {
-            let queue = OperationQueue()
-            let running = ManualOperation()
-            queue.addOperation(running)
-            running.started.wait()
-            queue.addBarrierBlock {}   // pending: it waits for `running`
+            let (queue, running) = queueWithPendingBarrier()
             let handle = try queue.addChain((0..<40).map { _ in AsyncBlockOperation { $0.finish() } })
             handle.cancel()
             running.finish(with: 0)
@@ -631,11 +623,7 @@ final class ReliabilityTests: BatonTestCase {
 
     func testAFoundationStageCancelledBehindAPendingBarrierIsFreedSafely() throws {
         for _ in 0..<100 {
-            let queue = OperationQueue()
-            let running = ManualOperation()
-            queue.addOperation(running)
-            running.started.wait()
-            queue.addBarrierBlock {}   // pending: it waits for `running`
+            let (queue, running) = queueWithPendingBarrier()
             let ran = Locked(false)
             let outcome = Locked<String?>(nil)
             try inScope {
@@ -877,4 +865,15 @@ private func eventually(timeout: Double = testTimeout, _ condition: () -> Bool) 
         _ = tick.wait(timeout: .now() + .milliseconds(1))
     }
     return true
+}
+
+/// A queue running `running`, with a barrier added after it: the barrier is pending until `running`
+/// finishes, and everything added to the queue meanwhile depends on it.
+private func queueWithPendingBarrier() -> (OperationQueue, ManualOperation) {
+    let queue = OperationQueue()
+    let running = ManualOperation()
+    queue.addOperation(running)
+    running.started.wait()
+    queue.addBarrierBlock {}
+    return (queue, running)
 }
