@@ -86,7 +86,7 @@ struct WeakOperation {
 /// executes, live instances, violations. Never holds an operation strongly, and never releases one
 /// while its lock is held (a release can run a deinit that takes the lock).
 final class Ledger: @unchecked Sendable {
-    private let lock = Locked(())
+    private let lock = NSLock()
     private var kinds: [Kind] = []
     private var scenarios: [Scenario?] = []
     private var roles: [Role] = []
@@ -330,6 +330,8 @@ final class Ledger: @unchecked Sendable {
     }
 
     private func withLock<Result>(_ body: () -> Result) -> Result {
-        lock.withLock { _ in body() }
+        lock.lock()
+        defer { lock.unlock() }
+        return body()
     }
 }

@@ -43,7 +43,7 @@ struct SplitMix64: RandomNumberGenerator {
     }
 }
 
-/// A value behind a lock: the tool's one lock type (Baton's own is internal to the library).
+/// A value behind a lock of our own (an executable may use NSLock freely).
 final class Locked<Value>: @unchecked Sendable {
     private let lock = NSLock()
     private var value: Value
