@@ -131,6 +131,7 @@ final class AsyncOperationTests: BatonTestCase {
         let operation = ManualOperation()
         operation.start()
         operation.cancel()
+        operation.cancelled.wait()
         XCTAssertEqual(operation.cancellations.value, 1)
         XCTAssertTrue(operation.isExecuting, "an executing operation finishes when the subclass says so")
         operation.cancel()

@@ -31,6 +31,7 @@ final class ConcurrencyTests: BatonTestCase {
         task.cancel()
         let result = await task.result
         XCTAssertThrowsError(try result.get()) { XCTAssertTrue($0 is CancellationError) }
+        await operation.cancelled.waitAsync()
         XCTAssertEqual(operation.cancellations.value, 1)
     }
 

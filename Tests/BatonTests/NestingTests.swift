@@ -28,6 +28,7 @@ final class NestingTests: BatonTestCase {
         inner.started.wait()
         outer.cancel()
         done.wait()
+        inner.cancelled.wait()
         XCTAssertEqual(inner.cancellations.value, 1)
         XCTAssertTrue(outer.result?.isCancelled == true)
         XCTAssertTrue(parts.allSatisfy(\.isFinished))

@@ -120,6 +120,7 @@ final class OperationQueueChainingTests: BatonTestCase {
         let handle = try queue.addChain([first, Increment(), middle, after])
         middle.started.wait()
         middle.cancel()
+        middle.cancelled.wait()
         XCTAssertEqual(middle.cancellations.value, 1)
         middle.finish()
 
@@ -488,6 +489,7 @@ final class OperationQueueChainingTests: BatonTestCase {
         task.cancel()
         let cancelled = await task.value
         XCTAssertTrue(cancelled)
+        await running.cancelled.waitAsync()
         XCTAssertEqual(running.cancellations.value, 1)
         XCTAssertEqual(after.executions.value, 0)
     }

@@ -100,6 +100,7 @@ final class RetryOperationTests: BatonTestCase {
         attempt.started.wait()
         retry.cancel()
         done.wait()
+        attempt.cancelled.wait()
         XCTAssertEqual(attempt.cancellations.value, 1)
         XCTAssertTrue(retry.result?.isCancelled == true)
         XCTAssertEqual(retry.attemptCount, 1)

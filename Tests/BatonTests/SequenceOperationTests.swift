@@ -65,6 +65,7 @@ final class SequenceOperationTests: BatonTestCase {
         sequence.cancel()
         done.wait()
         XCTAssertTrue(sequence.result?.isCancelled == true)
+        running.cancelled.wait()
         XCTAssertEqual(running.cancellations.value, 1)
         XCTAssertEqual(later.executions.value, 0)
         XCTAssertTrue(later.isFinished)

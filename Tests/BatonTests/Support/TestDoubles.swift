@@ -73,6 +73,9 @@ final class DiagnosticsRecorder: Sendable {
 /// An operation whose `execute()` records that it ran and then waits for the test to finish it.
 final class ManualOperation: ResultOperation<Int>, @unchecked Sendable {
     let started = Gate()
+    /// Opened by `didCancel()`, which comes after `execute()` has returned: wait on it before
+    /// asserting what `didCancel()` did (`started` opens while `execute()` still runs).
+    let cancelled = Gate()
     let executions = Locked(0)
     let cancellations = Locked(0)
     let finishesOnCancel: Bool
@@ -90,6 +93,7 @@ final class ManualOperation: ResultOperation<Int>, @unchecked Sendable {
 
     override func didCancel() {
         cancellations.increment()
+        cancelled.open()
         if finishesOnCancel { finish() }
     }
 }
