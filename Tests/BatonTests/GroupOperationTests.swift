@@ -84,9 +84,13 @@ final class GroupOperationTests: BatonTestCase {
         done.wait()
         XCTAssertEqual(late.output, 9)
         XCTAssertEqual(group.children.count, 2)
-        XCTAssertThrowsError(try group.addChild(JitterOperation(0))) { error in
+        let refused = JitterOperation(0)
+        XCTAssertThrowsError(try group.addChild(refused)) { error in
             guard case BatonError.alreadyFinished = error else { return XCTFail("unexpected \(error)") }
         }
+        // A refused child is the caller's again, untouched: it still runs elsewhere.
+        XCTAssertFalse(refused.isCancelled)
+        XCTAssertEqual(try refused.runAndWaitForOutput(timeout: testTimeout), 0)
     }
 
     func testBadChildrenAreReported() {

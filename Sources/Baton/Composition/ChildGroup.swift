@@ -105,7 +105,8 @@ final class ChildGroup: @unchecked Sendable {
         }
         switch decided {
         case .closed:
-            child.retire()
+            // The group finished meanwhile: the child is the caller's again, untouched.
+            child.unclaim()
             throw .alreadyFinished(operation: name)
         case .duplicate:
             throw .duplicateOperation(operation: child.batonName)
