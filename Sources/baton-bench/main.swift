@@ -130,9 +130,9 @@ let batonChain: Workload = { n in
     for _ in 1..<max(n, 2) { operations.append(TransformBlockOperation<Int, Int> { $0.finish(with: $0.input! + 1) }) }
     let handle = try queue.addChain(operations)
     operations = []
-    let outcome = try handle.wait(timeout: 3_600)
-    guard case .succeeded(let value as Int) = outcome, value == max(n, 2) - 1 else {
-        throw BenchmarkFailure(description: "chain of \(n) ended \(outcome)")
+    let output = try handle.wait(timeout: .seconds(3_600))
+    guard let value = output as? Int, value == max(n, 2) - 1 else {
+        throw BenchmarkFailure(description: "chain of \(n) produced \(output)")
     }
 }
 
@@ -163,8 +163,7 @@ func rawChain(oneByOne: Bool) -> Workload {
 
 let batonGroup: Workload = { n in
     let group = GroupOperation(operations: (0..<n).map { _ in AsyncBlockOperation { $0.finish() } })
-    let outcome = try group.runAndWait(on: OperationQueue(), timeout: 600)
-    guard outcome.isSucceeded else { throw BenchmarkFailure(description: "group of \(n) ended \(outcome)") }
+    try group.run(timeout: .seconds(600))
 }
 
 let batonSequence: Workload = { n in
@@ -173,7 +172,7 @@ let batonSequence: Workload = { n in
     for _ in 1..<max(n, 2) { steps.append(TransformBlockOperation<Int, Int> { $0.finish(with: $0.input! + 1) }) }
     let sequence = SequenceOperation<Int>(operations: steps)
     steps = []
-    let value = try sequence.runAndWaitForOutput(on: OperationQueue(), timeout: 3_600)
+    let value = try sequence.run(timeout: .seconds(3_600))
     guard value == max(n, 2) - 1 else { throw BenchmarkFailure(description: "sequence of \(n) produced \(value)") }
 }
 
@@ -202,10 +201,10 @@ let batonTree: Workload = { n in
         parent.addChild(node)
         parent = node
     }
-    let outcome = try TreeOperation(root: root, input: 0).runAndWait(on: OperationQueue(), timeout: 600)
+    try TreeOperation(root: root, input: 0).run(timeout: .seconds(600))
     let expected = (0...max(depth, 1)).reduce(0) { total, level in total + Int(pow(10, Double(level))) }
-    guard outcome.isSucceeded, count.value == expected else {
-        throw BenchmarkFailure(description: "tree ended \(outcome) after \(count.value) of \(expected) nodes")
+    guard count.value == expected else {
+        throw BenchmarkFailure(description: "tree ran \(count.value) of \(expected) nodes")
     }
 }
 

@@ -73,7 +73,7 @@ final class ReadFile: ResultOperation<Data>, @unchecked Sendable {
 /// Checksums its input with 64-bit FNV-1a, stopping early when cancelled.
 final class Checksum: TransformOperation<Data, (bytes: Int, checksum: UInt64)>, @unchecked Sendable {
     override func execute() {
-        guard let data = input else { return finish(throwing: BatonError.missingInput(operation: "Checksum")) }
+        guard let data = input else { return finish(throwing: BatonError.missingInput(operation: OperationReference(self))) }
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for (index, byte) in data.enumerated() {
             if index % 65_536 == 0 && isCancelled { return finish() }
@@ -95,7 +95,7 @@ final class Record: TransformOperation<(bytes: Int, checksum: UInt64), FileRecor
     }
 
     override func execute() {
-        guard let (bytes, checksum) = input else { return finish(throwing: BatonError.missingInput(operation: "Record")) }
+        guard let (bytes, checksum) = input else { return finish(throwing: BatonError.missingInput(operation: OperationReference(self))) }
         let record = FileRecord(path: file.path, bytes: bytes, checksum: checksum)
         ledger.add(record)
         finish(with: record)

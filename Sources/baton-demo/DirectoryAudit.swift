@@ -61,7 +61,7 @@ final class FileGroup: ResultOperation<Int>, @unchecked Sendable {
     }
 
     override func execute() {
-        group.onOutcome { [self, ledger] _ in
+        group.onFinish { [self, ledger] _ in
             for error in group.errors { ledger.fail("\(error)") }
             let recorded = group.children.filter { ($0 as? SequenceOperation<FileRecord>)?.output != nil }.count
             if isCancelled { finish() } else { finish(with: recorded) }

@@ -144,7 +144,7 @@ final class Ledger: @unchecked Sendable {
     func bind(_ id: Int, _ operation: AsyncOperation) {
         withLock { references[id].operation = operation }
         operation.onStart { [self] in withLock { started[id] = true } }
-        operation.onOutcome { [self] outcome in recordOutcome(id, OutcomeTag(outcome)) }
+        operation.onFinish { [self] outcome in recordOutcome(id, OutcomeTag(outcome)) }
     }
 
     /// Makes `child` (added late) a child of `parent`, unless the parent already has its outcome.

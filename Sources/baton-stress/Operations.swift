@@ -40,7 +40,7 @@ protocol StressLeaf: AsyncOperation {
 extension StressLeaf {
     func configure() {
         ledger.bind(id, self)
-        if let timeout = plan.timeout { self.timeout = timeout }
+        if let timeout = plan.timeout { self.timeout = .seconds(timeout) }
     }
 
     func runLeaf() {
@@ -152,7 +152,7 @@ final class StressGroup: GroupOperation, @unchecked Sendable {
 }
 
 /// A sequence (list or generator form) that enters the live counter.
-final class StressSequence<Output>: SequenceOperation<Output>, @unchecked Sendable {
+final class StressSequence<Output: Sendable>: SequenceOperation<Output>, @unchecked Sendable {
     let ledger: Ledger
 
     init(_ ledger: Ledger, operations: [Operation]) {

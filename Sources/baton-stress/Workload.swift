@@ -274,7 +274,7 @@ final class BatchBuilder {
     /// Random timeout and cancellation of a composite.
     private func decorate(_ composite: AsyncOperation) {
         held.append(composite)
-        if random.chance(0.03) { composite.timeout = random.double(0.0005...0.01) }
+        if random.chance(0.03) { composite.timeout = .seconds(random.double(0.0005...0.01)) }
         if random.chance(0.05) {
             let after = random.chance(0.3) ? 0 : random.int(1...2_000)
             actions.append { scheduleCancel(composite, after: after) }
@@ -329,7 +329,7 @@ final class BatchBuilder {
                                               maxConcurrentOperationCount: maxConcurrent())
         ledger.bind(id, group)
         if expected.count == children.count {
-            group.onResult { [ledger] result in
+            group.onFinish { [ledger] result in
                 if case .succeeded(let values) = result, values != expected {
                     ledger.count(.wrongOutput, detail: "ResultGroupOperation gave \(values.count) values, expected \(expected.count) in order")
                 }
@@ -354,7 +354,7 @@ final class BatchBuilder {
         let sequence = StressSequence<Int>(ledger, operations: operations)
         ledger.bind(id, sequence)
         let expected = first.plan.value + length - 1
-        sequence.onResult { [ledger] result in
+        sequence.onFinish { [ledger] result in
             if case .succeeded(let value) = result, value != expected {
                 ledger.count(.wrongOutput, detail: "list sequence of \(length) applied \(value - expected + length - 1) of its \(length - 1) increments")
             }
@@ -393,7 +393,7 @@ final class BatchBuilder {
         }
         ledger.bind(id, sequence)
         let expected = first.plan.value + length - 1
-        sequence.onResult { result in
+        sequence.onFinish { result in
             if case .succeeded(let value) = result, value != expected {
                 ledger.count(.wrongOutput, detail: "generator sequence of \(length) applied \(value - expected + length - 1) of its \(length - 1) increments")
             }
@@ -410,9 +410,9 @@ final class BatchBuilder {
             plan.fails = random.chance(0.5)
             return plan
         }
-        let delay: RetryDelay = random.chance(0.7) ? .none : .fixed(seconds: random.double(0.0001...0.001))
+        let delay: RetryDelay = random.chance(0.7) ? .immediate : .fixed(.seconds(random.double(0.0001...0.001)))
         let ledger = self.ledger
-        let retry = RetryOperation<Int>(attempts: attempts, delay: delay) { number in
+        let retry = RetryOperation<Int>(maximumAttempts: attempts, delay: delay) { number in
             let plan = plans[min(max(number, 1), plans.count) - 1]
             let leaf = IntLeaf(ledger, plan, parent: nil, role: .retryAttempt)
             scheduleCancel(leaf, after: plan.cancelAfter)
@@ -420,7 +420,7 @@ final class BatchBuilder {
         }
         ledger.bind(id, retry)
         let values = Set(plans.filter { !$0.fails }.map(\.value))
-        retry.onResult { result in
+        retry.onFinish { result in
             if case .succeeded(let value) = result, !values.contains(value) {
                 ledger.count(.wrongOutput, detail: "RetryOperation succeeded with a value no succeeding attempt produces")
             }
@@ -449,7 +449,7 @@ final class BatchBuilder {
             if itemsThrow { throw StressFailure(code: -1) }
             return Array(childPlans.indices)
         }) { make(childPlans[$0]) }
-        if retries { below.retry(attempts: 2) }
+        if retries { below.retry(maximumAttempts: 2) }
         top.addChild(below)
         let tree = TreeOperation(root: top, input: 0, maxConcurrentOperationCount: maxConcurrent())
         ledger.bind(id, tree)

@@ -12,9 +12,10 @@ import Foundation
 ///     .run(on: queue)
 /// ```
 ///
-/// A chain is a description: nothing runs until ``enqueue(on:)`` or ``run(on:)``, and each
-/// operation can be enqueued once.
-public struct Chain<Output> {
+/// A chain is a description: nothing runs until you give it to
+/// ``Foundation/OperationQueue/addChain(_:adapter:)-(Chain<Output>,_)`` (which returns a typed
+/// ``ChainHandle``) or call ``run(on:)``; each operation can be enqueued once.
+public struct Chain<Output: Sendable> {
     /// The user operations, in order (adapters are added when the chain is enqueued).
     public let operations: [Operation]
 
@@ -48,28 +49,36 @@ public struct Chain<Output> {
         return then(step)
     }
 
-    /// Enqueues the chain on `queue` and returns its handle.
+    /// Runs the chain on `queue` and blocks the calling thread until it has finished, for tests and
+    /// scripts.
     ///
-    /// - Parameter queue: The queue that runs the operations and adapters.
-    /// - Returns: The running chain.
-    /// - Throws: ``BatonError`` when an operation is reused, already finished or executing, or would
-    ///   close a dependency cycle; nothing is enqueued then.
+    /// - Parameters:
+    ///   - queue: The queue that runs the operations. Default: a new queue of its own.
+    ///   - timeout: The longest wait; the chain is cancelled when it runs out (it is yours).
+    /// - Returns: The last operation's output.
+    /// - Throws: A ``BatonError`` if the chain cannot be enqueued (nothing is) or time runs out, the
+    ///   chain's first error, or `CancellationError` if it was cancelled.
+    @available(*, noasync, message: "use 'try await run(on:)' in async code")
     @discardableResult
-    public func enqueue(on queue: OperationQueue) throws(BatonError) -> ChainHandle<Output> {
-        try queue.enqueueChain(operations, adapter: .default) { last in
-            guard let typed = last as? ResultOperation<Output> else { return .cancelled }
-            return typed.result ?? .cancelled
+    public func run(on queue: OperationQueue = OperationQueue(), timeout: Duration) throws -> Output {
+        let handle = try queue.addChain(self)
+        do {
+            return try handle.wait(timeout: timeout)
+        } catch let error as BatonError {
+            if case .timedOut = error { handle.cancel() }
+            throw error
         }
     }
 
-    /// Enqueues the chain on `queue` and suspends until its final output is ready. Cancelling the
+    /// Runs the chain on `queue` and suspends until its final output is ready. Cancelling the
     /// awaiting task cancels the chain.
     ///
-    /// - Parameter queue: The queue that runs the operations and adapters.
+    /// - Parameter queue: The queue that runs the operations. Default: a new queue of its own.
     /// - Returns: The last operation's output.
-    /// - Throws: A ``BatonError`` if the chain cannot be enqueued, the chain's first error, or
-    ///   `CancellationError` if it was cancelled.
-    public func run(on queue: OperationQueue) async throws -> Output {
-        try await enqueue(on: queue).value()
+    /// - Throws: A ``BatonError`` if the chain cannot be enqueued (nothing is), the chain's first
+    ///   error, or `CancellationError` if it was cancelled.
+    @discardableResult
+    public func run(on queue: OperationQueue = OperationQueue()) async throws -> Output {
+        try await queue.addChain(self).value
     }
 }

@@ -4,13 +4,14 @@ import Foundation
 /// A chain of operations that is running on a queue: its operations, its cancellation, its waits
 /// and its outcome.
 ///
-/// You get one from ``Foundation/OperationQueue/addChain(_:adapter:)`` or ``Chain/enqueue(on:)``.
+/// You get one from ``Foundation/OperationQueue/addChain(_:adapter:)-([Operation],_)`` or
+/// ``Foundation/OperationQueue/addChain(_:adapter:)-(Chain<Output>,_)``.
 /// The outcome is the first failure anywhere in the chain, or else the last operation's outcome.
 ///
 /// ```swift
 /// let handle = try queue.addChain([download, parse, save])
-/// let outcome = try handle.wait(timeout: 10)
-/// print(outcome)   // succeeded(...)
+/// try handle.wait(timeout: .seconds(10))
+/// print(handle.outcome!)   // succeeded(...)
 /// ```
 ///
 /// ## Linear on Linux
@@ -20,7 +21,7 @@ import Foundation
 /// drops each dependency edge once both ends have finished, so a chain of any length runs in linear
 /// time and is released without recursion. `dependencies` of chained operations are therefore empty
 /// after the chain.
-public final class ChainHandle<Output>: @unchecked Sendable {
+public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
     /// Every operation of the chain, in order, including the adapters between them.
     public let operations: [Operation]
 
@@ -144,48 +145,47 @@ public final class ChainHandle<Output>: @unchecked Sendable {
         }
     }
 
-    /// Blocks the calling thread until the chain finishes, or until `timeout` seconds have passed.
+    /// Blocks the calling thread until the chain finishes, or until `timeout` runs out, and returns
+    /// the chain's output.
     ///
     /// For tests and scripts. Never call it on the queue that runs the chain when that queue runs one
-    /// operation at a time: the chain could not make progress.
+    /// operation at a time: the chain could not make progress. The chain is left running when time
+    /// runs out (call ``cancel()`` to stop it).
     ///
-    /// - Parameter timeout: The longest wait, in seconds.
-    /// - Returns: The chain's outcome.
-    /// - Throws: ``BatonError/timedOut(seconds:)`` when the chain is still running after `timeout`.
-    @available(*, noasync, message: "use value() or waitForOutcome() in async code")
+    /// - Parameter timeout: The longest wait.
+    /// - Returns: The last operation's output.
+    /// - Throws: The chain's first error, `CancellationError` when the chain was cancelled, or
+    ///   ``BatonError/timedOut(operation:after:)`` naming the first operation that had not finished.
+    @available(*, noasync, message: "use 'try await value' in async code")
     @discardableResult
-    public func wait(timeout: Double) throws(BatonError) -> Outcome<Output> {
-        guard finished.wait(timeout: .now() + timeout) == .success, let outcome = self.outcome else {
-            throw .timedOut(seconds: timeout)
+    public func wait(timeout: Duration) throws -> Output {
+        guard finished.wait(timeout: timeout.deadlineFromNow) == .success, let outcome = self.outcome else {
+            let pending = operations.first { !($0 is AdapterOperation) && !$0.isFinished } ?? operations.last
+            throw BatonError.timedOut(operation: (pending ?? Operation()).reference, after: timeout)
         }
-        return outcome
+        return try outcome.get()
     }
 
-    /// Suspends until the chain finishes and returns its outcome. Cancelling the awaiting task
+    /// The chain's output, once it has finished (as `await task.value`). Cancelling the awaiting task
     /// cancels the chain.
     ///
-    /// - Returns: The chain's outcome.
-    public func waitForOutcome() async -> Outcome<Output> {
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                let ready: Outcome<Output>? = state.withLock { state in
-                    if let outcome = state.outcome { return outcome }
-                    state.waiters.append(continuation)
-                    return nil
-                }
-                if let ready { continuation.resume(returning: UncheckedSendable(value: ready)) }
-            }.value
-        } onCancel: {
-            self.cancel()
+    /// - Throws: The chain's first error, or `CancellationError` when the chain (or the task) was
+    ///   cancelled.
+    public var value: Output {
+        get async throws {
+            try await withTaskCancellationHandler {
+                await withCheckedContinuation { continuation in
+                    let ready: Outcome<Output>? = state.withLock { state in
+                        if let outcome = state.outcome { return outcome }
+                        state.waiters.append(continuation)
+                        return nil
+                    }
+                    if let ready { continuation.resume(returning: UncheckedSendable(value: ready)) }
+                }.value
+            } onCancel: {
+                self.cancel()
+            }.get()
         }
-    }
-
-    /// Suspends until the chain finishes and returns its final output.
-    ///
-    /// - Returns: The last operation's output.
-    /// - Throws: The chain's first error, or `CancellationError` when the chain was cancelled.
-    public func value() async throws -> Output {
-        try await waitForOutcome().get()
     }
 
     /// Adds a closure called once with the chain's outcome (at once if the chain has finished).

@@ -9,10 +9,10 @@ enum ChainValidation {
         seen.reserveCapacity(operations.count)
         for operation in operations {
             if !seen.insert(ObjectIdentifier(operation)).inserted {
-                throw .duplicateOperation(operation: operation.batonName)
+                throw .duplicateOperation(operation: operation.reference)
             }
-            if operation.isFinished { throw .alreadyFinished(operation: operation.batonName) }
-            if operation.isExecuting { throw .alreadyExecuting(operation: operation.batonName) }
+            if operation.isFinished { throw .alreadyFinished(operation: operation.reference) }
+            if operation.isExecuting { throw .alreadyExecuting(operation: operation.reference) }
         }
         try checkCycles(operations)
         try Operation.claimAll(operations)
@@ -45,7 +45,7 @@ enum ChainValidation {
                         let id = ObjectIdentifier(dependency)
                         if onStack.contains(id) {
                             let start = stack.firstIndex { $0.node === dependency } ?? 0
-                            throw .dependencyCycle(path: stack[start...].map(\.node.batonName) + [dependency.batonName])
+                            throw .dependencyCycle(path: stack[start...].map(\.node.reference) + [dependency.reference])
                         }
                         if highestReach[id] == nil {
                             stack.append((dependency, dependency.dependencies, 0))
@@ -66,7 +66,7 @@ enum ChainValidation {
             let reach = highestReach[ObjectIdentifier(root)] ?? -1
             if reach >= index {
                 let later = operations[reach]
-                throw .dependencyCycle(path: [root.batonName, later.batonName, root.batonName])
+                throw .dependencyCycle(path: [root.reference, later.reference, root.reference])
             }
         }
     }

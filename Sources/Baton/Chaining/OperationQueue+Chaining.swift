@@ -12,8 +12,11 @@ extension OperationQueue {
     /// ```swift
     /// let queue = OperationQueue()
     /// let handle = try queue.addChain([FetchRecipe(id: 7), ParseRecipe(), SaveRecipe()])
-    /// let outcome = try handle.wait(timeout: 10)
+    /// try handle.wait(timeout: .seconds(10))
     /// ```
+    ///
+    /// The array may mix types, so the handle's output is `any Sendable`; to have it typed, build a
+    /// ``Chain`` and pass that instead.
     ///
     /// A one-element array is enqueued as it is; an empty one gives a handle that has already
     /// succeeded. Operations are enqueued one at a time as the chain advances, so the chain stays
@@ -28,9 +31,29 @@ extension OperationQueue {
     /// - Throws: ``BatonError`` and enqueues nothing when an operation appears twice, already belongs
     ///   to a chain, is executing or finished, or when its existing dependencies would close a cycle.
     @discardableResult
-    public func addChain(_ operations: [Operation], adapter: ChainAdapter = .default) throws(BatonError) -> ChainHandle<Any> {
+    public func addChain(_ operations: [Operation], adapter: ChainAdapter = .default) throws(BatonError) -> ChainHandle<any Sendable> {
         try enqueueChain(operations, adapter: adapter) { last in
             (last?.observedOutcome ?? .succeeded(nil)).map { $0 ?? () }
+        }
+    }
+
+    /// Runs a typed ``Chain``: the same as the array form, with a handle whose output has the
+    /// chain's type.
+    ///
+    /// ```swift
+    /// let handle = try queue.addChain(Chain(FetchRecipe(id: 7)).then(ParseRecipe()))
+    /// let recipe = try handle.wait(timeout: .seconds(10))   // a Recipe, no cast
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - chain: The chain.
+    ///   - adapter: What runs between neighbours; ``ChainAdapter/default`` unless you need your own.
+    /// - Returns: The running chain, typed by its last operation's output.
+    /// - Throws: ``BatonError`` and enqueues nothing, as the array form.
+    @discardableResult
+    public func addChain<Output>(_ chain: Chain<Output>, adapter: ChainAdapter = .default) throws(BatonError) -> ChainHandle<Output> {
+        try enqueueChain(chain.operations, adapter: adapter) { last in
+            (last as? ResultOperation<Output>)?.outcome ?? .cancelled
         }
     }
 

@@ -37,20 +37,27 @@ final class ChildGroup: @unchecked Sendable {
         var queueShouldBeSuspended: Bool { suspendRequested && !isCancelled }
     }
 
-    /// The first problem among the arguments and the children given at creation (the owner fails with
-    /// it at start). Written once, in `init`, before the group is shared.
-    private(set) var configurationError: BatonError?
+    /// Why the concurrency given at creation is invalid, and the first problem among the children
+    /// given at creation (the owner fails with them at start). Written once, in `init`, before the
+    /// group is shared.
+    private let concurrencyProblem: String?
+    private var childProblem: BatonError?
 
     init(name: String, children: [Operation], failurePolicy: GroupFailurePolicy, maxConcurrentOperationCount: Int) {
         queue = OperationQueue()
         queue.name = "Baton group \(name)"
         self.failurePolicy = failurePolicy
-        var firstError = ChildGroup.validate(maxConcurrentOperationCount: maxConcurrentOperationCount, owner: name)
-        if firstError == nil { queue.maxConcurrentOperationCount = maxConcurrentOperationCount }
+        concurrencyProblem = ChildGroup.problem(maxConcurrentOperationCount: maxConcurrentOperationCount)
+        if concurrencyProblem == nil { queue.maxConcurrentOperationCount = maxConcurrentOperationCount }
         for child in children {
-            do { try add(child, owner: name) } catch { firstError = firstError ?? error }
+            do { try add(child, owner: nil) } catch { childProblem = childProblem ?? error }
         }
-        configurationError = firstError
+    }
+
+    /// The error the owner fails with at start, if its arguments or its first children were invalid.
+    func configurationError(of owner: Operation) -> BatonError? {
+        if let concurrencyProblem { return .invalidArgument(operation: owner.reference, reason: concurrencyProblem) }
+        return childProblem
     }
 
     deinit {
@@ -66,12 +73,11 @@ final class ChildGroup: @unchecked Sendable {
         })
     }
 
-    /// `nil` when `count` is a concurrency an `OperationQueue` accepts and can make progress with.
-    static func validate(maxConcurrentOperationCount count: Int, owner: String) -> BatonError? {
+    /// `nil` when `count` is a concurrency an `OperationQueue` accepts and can make progress with;
+    /// otherwise why not.
+    static func problem(maxConcurrentOperationCount count: Int) -> String? {
         guard count < 1 && count != OperationQueue.defaultMaxConcurrentOperationCount else { return nil }
-        return .invalidArgument(
-            operation: owner,
-            reason: "maxConcurrentOperationCount must be at least 1, or OperationQueue.defaultMaxConcurrentOperationCount; got \(count)")
+        return "maxConcurrentOperationCount must be at least 1, or OperationQueue.defaultMaxConcurrentOperationCount; got \(count)"
     }
 
     var children: [Operation] { state.withLock { $0.children } }
@@ -80,7 +86,7 @@ final class ChildGroup: @unchecked Sendable {
 
     /// Adds a child: kept until the group executes, launched at once if it already does (cancelled
     /// first when the group was cancelled).
-    func add(_ child: Operation, owner name: String) throws(BatonError) {
+    func add(_ child: Operation, owner adder: Operation?) throws(BatonError) {
         let ownerCancelled = owner?.isCancelled ?? false
         enum Verdict { case keep, launch(cancelled: Bool), closed, duplicate }
         let verdict: Verdict = state.withLock { state in
@@ -89,8 +95,8 @@ final class ChildGroup: @unchecked Sendable {
             return .keep
         }
         switch verdict {
-        case .closed: throw .alreadyFinished(operation: name)
-        case .duplicate: throw .duplicateOperation(operation: child.batonName)
+        case .closed: throw .alreadyFinished(operation: (adder ?? child).reference)
+        case .duplicate: throw .duplicateOperation(operation: child.reference)
         default: break
         }
         try child.claim()
@@ -107,9 +113,9 @@ final class ChildGroup: @unchecked Sendable {
         case .closed:
             // The group finished meanwhile: the child is the caller's again, untouched.
             child.unclaim()
-            throw .alreadyFinished(operation: name)
+            throw .alreadyFinished(operation: (adder ?? child).reference)
         case .duplicate:
-            throw .duplicateOperation(operation: child.batonName)
+            throw .duplicateOperation(operation: child.reference)
         case .keep:
             break
         case .launch(let cancelled):

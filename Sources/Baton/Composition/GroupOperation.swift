@@ -65,7 +65,7 @@ open class GroupOperation: AsyncOperation, ProgressReporting, @unchecked Sendabl
     ///   group, ``BatonError/alreadyExecuting(operation:)`` when the child is executing,
     ///   ``BatonError/alreadyEnqueued(operation:)`` when a chain, another composite or a wait holds it.
     public final func addChild(_ child: Operation) throws(BatonError) {
-        try group.add(child, owner: batonName)
+        try group.add(child, owner: self)
     }
 
     /// Stops the group from starting more children (those running go on). Ignored once the group was
@@ -99,12 +99,12 @@ open class GroupOperation: AsyncOperation, ProgressReporting, @unchecked Sendabl
     }
 
     override func preflightFailure(_ state: State) -> (any Error)? {
-        super.preflightFailure(state) ?? group.configurationError
+        super.preflightFailure(state) ?? group.configurationError(of: self)
     }
 }
 
 extension GroupOperation: ChildGroupOwner {
     func allChildrenDidFinish(errors: [any Error]) {
-        conclude(errors.isEmpty ? .succeeded(nil) : .failed(BatonError.childrenFailed(group: batonName, errors: errors)))
+        conclude(errors.isEmpty ? .succeeded(nil) : .failed(BatonError.childrenFailed(group: reference, errors: errors)))
     }
 }

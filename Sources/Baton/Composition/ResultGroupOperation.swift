@@ -13,7 +13,7 @@ import Foundation
 /// It behaves as ``GroupOperation`` does (failure policy, cancellation, children added while it runs,
 /// suspension, progress). It fails with ``BatonError/childrenFailed(group:errors:)`` when a child
 /// failed, and finishes cancelled when a child was cancelled, since it then has no output to give.
-public final class ResultGroupOperation<Element>: ResultOperation<[Element]>, ProgressReporting, @unchecked Sendable {
+public final class ResultGroupOperation<Element: Sendable>: ResultOperation<[Element]>, ProgressReporting, @unchecked Sendable {
     let group: ChildGroup
 
     /// Creates a typed group.
@@ -55,7 +55,7 @@ public final class ResultGroupOperation<Element>: ResultOperation<[Element]>, Pr
     /// - Parameter child: A pending operation that is in no queue.
     /// - Throws: The same errors as ``GroupOperation/addChild(_:)``.
     public func addChild(_ child: ResultOperation<Element>) throws(BatonError) {
-        try group.add(child, owner: batonName)
+        try group.add(child, owner: self)
     }
 
     /// Stops the group from starting more children (those running go on).
@@ -82,7 +82,7 @@ public final class ResultGroupOperation<Element>: ResultOperation<[Element]>, Pr
     }
 
     override func preflightFailure(_ state: State) -> (any Error)? {
-        super.preflightFailure(state) ?? group.configurationError
+        super.preflightFailure(state) ?? group.configurationError(of: self)
     }
 }
 
@@ -91,7 +91,7 @@ extension ResultGroupOperation: ChildGroupOwner {
 
     func allChildrenDidFinish(errors: [any Error]) {
         guard errors.isEmpty else {
-            return conclude(.failed(BatonError.childrenFailed(group: batonName, errors: errors)))
+            return conclude(.failed(BatonError.childrenFailed(group: reference, errors: errors)))
         }
         var outputs = [Element]()
         outputs.reserveCapacity(group.children.count)

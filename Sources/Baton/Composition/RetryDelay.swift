@@ -1,37 +1,38 @@
 /// How long a ``RetryOperation`` waits before the next attempt.
+///
+/// ```swift
+/// RetryOperation(maximumAttempts: 4, delay: .exponential(initial: .milliseconds(200))) { _ in Download(url) }
+/// ```
 public enum RetryDelay: Sendable, Hashable {
     /// Retry at once.
-    case none
-    /// Wait the same number of seconds before every retry.
-    case fixed(seconds: Double)
-    /// Wait `initial` seconds before the second attempt, then `multiplier` times longer each time,
-    /// never more than `maximum` seconds.
-    case exponential(initial: Double, multiplier: Double = 2, maximum: Double = 60)
+    case immediate
+    /// Wait the same time before every retry.
+    case fixed(Duration)
+    /// Wait `initial` before the second attempt, then `multiplier` times longer each time, never
+    /// longer than `maximum`.
+    case exponential(initial: Duration, multiplier: Double = 2, maximum: Duration = .seconds(60))
 
-    /// The wait before attempt number `attempt` (the second attempt is number 2).
+    /// The wait before attempt number `attempt` (the second attempt is number 2). Negative durations
+    /// count as zero, and a multiplier below 1 as 1.
     ///
     /// - Parameter attempt: The attempt about to start, 2 or more.
-    /// - Returns: The wait in seconds.
-    public func seconds(beforeAttempt attempt: Int) -> Double {
+    /// - Returns: The wait.
+    public func delay(beforeAttempt attempt: Int) -> Duration {
         switch self {
-        case .none:
-            return 0
-        case .fixed(let seconds):
-            return max(0, seconds)
+        case .immediate:
+            return .zero
+        case .fixed(let duration):
+            return max(.zero, duration)
         case .exponential(let initial, let multiplier, let maximum):
-            let exponent = Double(max(0, attempt - 2))
-            return min(max(0, maximum), max(0, initial) * pow(max(1, multiplier), exponent))
+            // In seconds as a Double, so that no product can overflow `Duration`.
+            let ceiling = max(.zero, maximum)
+            var wait = max(0, initial.seconds)
+            var remaining = max(0, attempt - 2)
+            while remaining > 0 && wait < ceiling.seconds {
+                wait *= max(1, multiplier.isNaN ? 1 : multiplier)
+                remaining -= 1
+            }
+            return wait >= ceiling.seconds ? ceiling : .seconds(wait)
         }
     }
-}
-
-private func pow(_ base: Double, _ exponent: Double) -> Double {
-    var result = 1.0
-    var remaining = Int(exponent)
-    while remaining > 0 {
-        result *= base
-        if result > 1e12 { return result }
-        remaining -= 1
-    }
-    return result
 }

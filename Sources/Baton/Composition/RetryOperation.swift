@@ -4,12 +4,13 @@ import Foundation
 /// Runs fresh attempts of an operation until one succeeds, up to a total number of attempts.
 ///
 /// ```swift
-/// let download = RetryOperation(attempts: 3, delay: .exponential(initial: 0.5)) { attempt in
+/// let download = RetryOperation(maximumAttempts: 3, delay: .exponential(initial: .milliseconds(500))) { attempt in
 ///     Download(url: url)            // a new operation for every attempt
 /// }
 /// ```
 ///
-/// - `attempts` is the **total** number of attempts, the first included (`attempts: 1` never retries).
+/// - `maximumAttempts` is the **total** number of attempts, the first included (`maximumAttempts: 1`
+///   never retries).
 /// - Each attempt is a new operation from `makeAttempt`, given the attempt number (1, 2, …). An
 ///   operation that is not fresh (returned twice, or held by a chain, a composite or a wait) fails the
 ///   retry with ``BatonError/alreadyEnqueued(operation:)`` (or the error that says why).
@@ -18,8 +19,8 @@ import Foundation
 /// - The outcome is the successful attempt's output, or the **last** attempt's error. An attempt that
 ///   was cancelled (not the retry) ends the retry cancelled.
 /// - Cancelling the retry cancels the running attempt, or ends the wait between attempts at once.
-/// - ``progress`` counts attempts made against `attempts`.
-public final class RetryOperation<Output>: ResultOperation<Output>, ProgressReporting, @unchecked Sendable {
+/// - ``progress`` counts attempts made against `maximumAttempts`.
+public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, ProgressReporting, @unchecked Sendable {
     /// The total number of attempts allowed.
     public let maximumAttempts: Int
     private let delay: RetryDelay
@@ -46,23 +47,23 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
     /// Creates a retry.
     ///
     /// - Parameters:
-    ///   - attempts: The total number of attempts, at least 1; otherwise the operation fails at start
-    ///     with ``BatonError/invalidArgument(operation:reason:)``.
-    ///   - delay: The wait between attempts. Default: none.
+    ///   - maximumAttempts: The total number of attempts, at least 1; otherwise the operation fails at
+    ///     start with ``BatonError/invalidArgument(operation:reason:)``.
+    ///   - delay: The wait between attempts. Default: ``RetryDelay/immediate``.
     ///   - shouldRetry: Whether to try again after `error` ended attempt number `attempt`. Default: always.
     ///   - makeAttempt: Makes the operation for attempt number `attempt` (1, 2, …); a new one each time.
     public init(
-        attempts: Int,
-        delay: RetryDelay = .none,
+        maximumAttempts: Int,
+        delay: RetryDelay = .immediate,
         shouldRetry: @escaping @Sendable (_ error: any Error, _ attempt: Int) -> Bool = { _, _ in true },
         makeAttempt: @escaping @Sendable (_ attempt: Int) -> ResultOperation<Output>
     ) {
-        maximumAttempts = attempts
+        self.maximumAttempts = maximumAttempts
         self.delay = delay
         self.shouldRetry = shouldRetry
         self.makeAttempt = makeAttempt
         super.init()
-        self.attempts.withLock { $0.progress.total = Int64(max(attempts, 0)) }
+        self.attempts.withLock { $0.progress.total = Int64(max(maximumAttempts, 0)) }
     }
 
     deinit {
@@ -72,11 +73,11 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
         })
     }
 
-    /// Attempts made so far: the number of the attempt running or last run.
+    /// The number of attempts made so far: the number of the attempt running or last run.
     public var attemptCount: Int { attempts.withLock { $0.made.count } }
 
     /// The operations of the attempts made so far, in order.
-    public var attemptOperations: [ResultOperation<Output>] { attempts.withLock { $0.made } }
+    public var attemptsMade: [ResultOperation<Output>] { attempts.withLock { $0.made } }
 
     /// Attempts made against the total allowed. Each read returns a new `Progress` made from one
     /// consistent count.
@@ -103,7 +104,7 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
     override func preflightFailure(_ state: State) -> (any Error)? {
         if let failure = super.preflightFailure(state) { return failure }
         return maximumAttempts >= 1 ? nil : BatonError.invalidArgument(
-            operation: batonName, reason: "attempts must be at least 1, got \(maximumAttempts)")
+            operation: reference, reason: "maximumAttempts must be at least 1, got \(maximumAttempts)")
     }
 
     private func launch(attempt number: Int) {
@@ -130,7 +131,7 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
     private enum AfterFailure { case wait, stop, endCancelled }
 
     private func attemptFinished(_ operation: ResultOperation<Output>, number: Int) {
-        switch operation.result ?? .cancelled {
+        switch operation.outcome ?? .cancelled {
         case .succeeded(let output):
             end { $0.conclude(.succeeded(output)) }
         case .cancelled:
@@ -142,8 +143,8 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
             guard !isCancelled, number < maximumAttempts, shouldRetry(error, number) else {
                 return end { $0.conclude(.failed(error)) }
             }
-            let wait = delay.seconds(beforeAttempt: number + 1)
-            guard wait > 0 else { return launch(attempt: number + 1) }
+            let wait = delay.delay(beforeAttempt: number + 1)
+            guard wait > .zero else { return launch(attempt: number + 1) }
             // One decision with `didCancel()`: a cancel that arrived while `shouldRetry` ran (or just
             // before) ends the retry now instead of serving the delay.
             let next: AfterFailure = attempts.withLock { attempts in
@@ -157,7 +158,7 @@ public final class RetryOperation<Output>: ResultOperation<Output>, ProgressRepo
             case .endCancelled: return end { $0.finish() }
             case .wait: break
             }
-            DispatchQueue.global().asyncAfter(deadline: .now() + wait) { [weak self] in
+            DispatchQueue.global().asyncAfter(deadline: wait.deadlineFromNow) { [weak self] in
                 guard let self, self.attempts.withLock({ $0.phase == .waiting }) else { return }
                 self.launch(attempt: number + 1)
             }

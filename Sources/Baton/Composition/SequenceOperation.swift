@@ -25,7 +25,7 @@ import Foundation
 /// running child (a suspended sequence finishes cancelled at once); every step it took but did not
 /// run finishes cancelled. ``progress`` counts finished children. Sequences and groups nest to any
 /// depth.
-open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting, @unchecked Sendable {
+open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, ProgressReporting, @unchecked Sendable {
     private enum Source {
         case list
         case generator(next: @Sendable (Operation) -> Operation?)
@@ -96,7 +96,7 @@ open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting
         claimed.reserveCapacity(operations.count)
         for operation in operations {
             guard seen.insert(ObjectIdentifier(operation)).inserted else {
-                problem = problem ?? .duplicateOperation(operation: operation.batonName)
+                problem = problem ?? .duplicateOperation(operation: operation.reference)
                 continue
             }
             do {
@@ -157,7 +157,7 @@ open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting
     public final var children: [Operation] { steps.withLock { $0.launched } }
 
     /// The outcome of each child that has finished, in order (`()` for children without an output).
-    public final var results: [Outcome<Any>] {
+    public final var childOutcomes: [Outcome<any Sendable>] {
         children.filter(\.isFinished).map { $0.observedOutcome.map { $0 ?? () } }
     }
 
@@ -332,14 +332,17 @@ open class SequenceOperation<Output>: ResultOperation<Output>, ProgressReporting
             cancel()
             finish()
         case .succeeded(let last):
-            guard let value = last?.observedOutcome.output ?? nil else { return finish() }
+            if Output.self == Void.self { return finish() }
+            guard let last else { return conclude(.failed(BatonError.emptySequence(operation: reference))) }
+            guard let value = last.observedOutcome.output ?? nil else {
+                return conclude(.failed(BatonError.outputTypeMismatch(
+                    operation: reference, expected: String(describing: Output.self), actual: "no output (from \(last.batonName))")))
+            }
             if let output = value as? Output {
                 conclude(.succeeded(output))
-            } else if Output.self == Void.self {
-                finish()
             } else {
                 conclude(.failed(BatonError.outputTypeMismatch(
-                    operation: batonName, expected: String(describing: Output.self), actual: String(describing: type(of: value)))))
+                    operation: reference, expected: String(describing: Output.self), actual: String(describing: type(of: value)))))
             }
         }
     }

@@ -22,10 +22,10 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: TreeNodeGraph, @
 
     private struct Configuration {
         var children: [AnyTreeNode<Output>] = []
-        var outputObservers: [@Sendable (Output) -> Void] = []
-        var subtreeObservers: [@Sendable (Output) -> Void] = []
-        var attempts = 1
-        var delay = RetryDelay.none
+        var finishObservers: [@Sendable (Outcome<Output>) -> Void] = []
+        var subtreeObservers: [@Sendable (Outcome<Output>) -> Void] = []
+        var maximumAttempts = 1
+        var delay = RetryDelay.immediate
     }
 
     /// Creates a node that maps its input to items synchronously.
@@ -86,30 +86,33 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: TreeNodeGraph, @
         configuration.withLock { $0.children.compactMap { $0.node() } }
     }
 
-    /// Runs each of this node's operations up to `attempts` times in all (through ``RetryOperation``).
+    /// Runs each of this node's operations up to `maximumAttempts` times in all (through
+    /// ``RetryOperation``).
     ///
     /// - Parameters:
-    ///   - attempts: The total number of attempts per operation, at least 1.
+    ///   - maximumAttempts: The total number of attempts per operation, at least 1.
     ///   - delay: The wait between attempts.
-    public func retry(attempts: Int, delay: RetryDelay = .none) {
+    public func retry(maximumAttempts: Int, delay: RetryDelay = .immediate) {
         configuration.withLock {
-            $0.attempts = attempts
+            $0.maximumAttempts = maximumAttempts
             $0.delay = delay
         }
     }
 
-    /// Adds a closure called with each output of this node's operations, as soon as it is produced.
+    /// Adds a closure called with the outcome of each of this node's operations as soon as it has
+    /// finished, before its output goes to the child nodes.
     ///
-    /// - Parameter observer: The closure.
-    public func onOutput(_ observer: @escaping @Sendable (Output) -> Void) {
-        configuration.withLock { $0.outputObservers.append(observer) }
+    /// - Parameter observer: The closure; it runs on the thread that finished the operation.
+    public func onFinish(_ observer: @escaping @Sendable (Outcome<Output>) -> Void) {
+        configuration.withLock { $0.finishObservers.append(observer) }
     }
 
-    /// Adds a closure called with an operation's output once that operation **and everything below
-    /// it** in the tree has finished.
+    /// Adds a closure called with the outcome of each of this node's operations once that operation
+    /// **and everything below it** in the tree has finished (at once after the operation when it did
+    /// not succeed: nothing runs below it then).
     ///
     /// - Parameter observer: The closure.
-    public func onSubtreeFinished(_ observer: @escaping @Sendable (Output) -> Void) {
+    public func onSubtreeFinish(_ observer: @escaping @Sendable (Outcome<Output>) -> Void) {
         configuration.withLock { $0.subtreeObservers.append(observer) }
     }
 
@@ -132,14 +135,15 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: TreeNodeGraph, @
             }
             for (index, make) in makers.enumerated() {
                 let itemPath = path + ["\(name)[\(index)]"]
-                let operation: ResultOperation<Output> = configuration.attempts == 1
+                let operation: ResultOperation<Output> = configuration.maximumAttempts == 1
                     ? make()
-                    : RetryOperation(attempts: configuration.attempts, delay: configuration.delay) { _ in make() }
-                run.launch(operation, path: itemPath, parent: scope) { output, operationScope in
-                    for observer in configuration.outputObservers { observer(output) }
+                    : RetryOperation(maximumAttempts: configuration.maximumAttempts, delay: configuration.delay) { _ in make() }
+                run.launch(operation, path: itemPath, parent: scope) { outcome, operationScope in
+                    for observer in configuration.finishObservers { observer(outcome) }
+                    guard case .succeeded(let output) = outcome else { return }
                     for child in configuration.children { child.run(output, itemPath, operationScope, run) }
-                } subtreeFinished: { output in
-                    for observer in configuration.subtreeObservers { observer(output) }
+                } subtreeFinished: { outcome in
+                    for observer in configuration.subtreeObservers { observer(outcome) }
                 }
             }
         }
@@ -163,8 +167,7 @@ struct AnyTreeNode<Input: Sendable>: Sendable {
         let name = node.name
         run = { [weak node] input, path, scope, treeRun in
             guard let node else {
-                return treeRun.record(path: path + [name], error: BatonError.invalidArgument(
-                    operation: name, reason: "this tree node closes a cycle and was freed before its tree ran; keep the cycle's root alive"))
+                return treeRun.record(path: path + [name], error: BatonError.treeNodeFreed(node: name))
             }
             node.run(input, path: path, scope: scope, in: treeRun)
         }

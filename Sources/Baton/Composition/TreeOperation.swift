@@ -24,7 +24,7 @@ public final class TreeOperation<Input: Sendable>: AsyncOperation, ProgressRepor
     /// Every node reachable from the root when the tree was made: a cycle of nodes holds the node
     /// that closes it weakly, so the tree holds them all while it lives.
     private let nodes: [AnyObject]
-    private let configurationError: BatonError?
+    private let concurrencyProblem: String?
 
     /// Creates a tree run.
     ///
@@ -43,8 +43,8 @@ public final class TreeOperation<Input: Sendable>: AsyncOperation, ProgressRepor
         self.root = AnyTreeNode(root)
         self.input = input
         nodes = TreeNodeWalk.reachable(from: root)
-        configurationError = ChildGroup.validate(maxConcurrentOperationCount: maxConcurrentOperationCount, owner: "TreeOperation")
-        run = TreeRun(maxConcurrentOperationCount: maxConcurrentOperationCount, valid: configurationError == nil)
+        concurrencyProblem = ChildGroup.problem(maxConcurrentOperationCount: maxConcurrentOperationCount)
+        run = TreeRun(maxConcurrentOperationCount: maxConcurrentOperationCount, valid: concurrencyProblem == nil)
         super.init()
     }
 
@@ -68,7 +68,8 @@ public final class TreeOperation<Input: Sendable>: AsyncOperation, ProgressRepor
     }
 
     override func preflightFailure(_ state: State) -> (any Error)? {
-        super.preflightFailure(state) ?? configurationError
+        if let failure = super.preflightFailure(state) { return failure }
+        return concurrencyProblem.map { BatonError.invalidArgument(operation: reference, reason: $0) }
     }
 
     private func treeFinished() {

@@ -106,17 +106,17 @@ final class TreeRun: @unchecked Sendable {
         _ operation: ResultOperation<Output>,
         path: [String],
         parent: Scope,
-        succeeded: @escaping @Sendable (Output, Scope) -> Void,
-        subtreeFinished: @escaping @Sendable (Output) -> Void
+        finished: @escaping @Sendable (Outcome<Output>, Scope) -> Void,
+        subtreeFinished: @escaping @Sendable (Outcome<Output>) -> Void
     ) {
         do {
             try operation.claim()
         } catch {
             return record(path: path, error: error)
         }
-        let box = Mutex<Output?>(nil)
+        let box = Mutex<Outcome<Output>?>(nil)
         let scope = open(parent: parent) {
-            if let output = box.withLock({ $0 }) { subtreeFinished(output) }
+            if let outcome = box.withLock({ $0 }) { subtreeFinished(outcome) }
         }
         let cancelled = state.withLock { state -> Bool in
             state.live[ObjectIdentifier(operation)] = operation
@@ -128,10 +128,12 @@ final class TreeRun: @unchecked Sendable {
                 state.live.removeValue(forKey: ObjectIdentifier(operation))
                 state.progress.completed += 1
             }
-            switch operation.result ?? .cancelled {
-            case .succeeded(let output):
-                box.withLock { $0 = output }
-                succeeded(output, scope)
+            let outcome = operation.outcome ?? .cancelled
+            box.withLock { $0 = outcome }
+            finished(outcome, scope)
+            switch outcome {
+            case .succeeded:
+                break
             case .failed(let error):
                 record(path: path, error: error)
             case .cancelled:

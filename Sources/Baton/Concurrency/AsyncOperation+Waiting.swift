@@ -1,83 +1,102 @@
 import Dispatch
 import Foundation
 
+/// The waits behind ``OutcomeReporting``'s `run`, `wait` and `value`, untyped.
 extension AsyncOperation {
-    /// Runs the operation and blocks the calling thread until it has finished (CompositeOperations'
-    /// sync operation), for tests and scripts.
-    ///
-    /// ```swift
-    /// let outcome = try FetchGreeting().runAndWait(timeout: 5)
-    /// ```
-    ///
-    /// The operation is claimed and added to `queue` (or to a private queue when `queue` is `nil`). A
-    /// finished operation's outcome is returned at once; one that a chain, a composite or another
-    /// wait holds, or that is already executing, is refused: nothing is ever added to a queue twice.
-    /// To wait for an operation that you added to a queue yourself, use ``wait(timeout:)``.
-    ///
-    /// - Parameters:
-    ///   - queue: The queue that runs the operation. Default: a private queue.
-    ///   - timeout: The longest wait in seconds; the operation is cancelled when it runs out.
-    /// - Returns: The operation's outcome.
-    /// - Throws: ``BatonError/wouldDeadlock(operation:reason:)`` instead of blocking the thread that
-    ///   must run the operation (the calling queue when it runs one operation at a time, or the main
-    ///   thread for the main queue); ``BatonError/timedOut(seconds:)`` when time runs out;
-    ///   ``BatonError/alreadyEnqueued(operation:)`` or ``BatonError/alreadyExecuting(operation:)``
-    ///   when something else runs it.
-    @available(*, noasync, message: "use waitForOutcome() in async code")
-    @discardableResult
-    public final func runAndWait(on queue: OperationQueue? = nil, timeout: Double) throws(BatonError) -> Outcome<Void> {
-        try runAndWaitForStoredOutcome(on: queue, timeout: timeout).map { _ in () }
-    }
-
-    /// Blocks until the operation, run by someone else, has finished.
-    ///
-    /// - Parameter timeout: The longest wait in seconds. The operation is left as it is on timeout.
-    /// - Returns: The operation's outcome.
-    /// - Throws: ``BatonError/timedOut(seconds:)`` when time runs out.
-    @available(*, noasync, message: "use waitForOutcome() in async code")
-    @discardableResult
-    public final func wait(timeout: Double) throws(BatonError) -> Outcome<Void> {
-        let done = DispatchSemaphore(value: 0)
-        whenFinished { done.signal() }
-        guard done.wait(timeout: .now() + timeout) == .success, let outcome = storedOutcome else {
-            throw .timedOut(seconds: timeout)
+    /// Claims the operation, adds it to `queue`, and blocks until it finishes or `timeout` runs out
+    /// (then cancels it: it is the caller's).
+    func runBlocking(on queue: OperationQueue, timeout: Duration) throws(BatonError) -> Outcome<(any Sendable)?> {
+        if queue === OperationQueue.main && Thread.isMainThread {
+            throw .wouldDeadlock(operation: reference, reason: "the main thread would wait for the main queue")
         }
-        return outcome.map { _ in () }
-    }
-
-    func runAndWaitForStoredOutcome(on queue: OperationQueue?, timeout: Double) throws(BatonError) -> Outcome<Any?> {
-        if let queue {
-            if queue === OperationQueue.main && Thread.isMainThread {
-                throw .wouldDeadlock(operation: batonName, reason: "the main thread would wait for the main queue")
-            }
-            if queue === OperationQueue.current && queue.maxConcurrentOperationCount == 1 {
-                throw .wouldDeadlock(operation: batonName, reason: "called from the serial queue that must run it")
-            }
+        if queue === OperationQueue.current && queue.maxConcurrentOperationCount == 1 {
+            throw .wouldDeadlock(operation: reference, reason: "called from the serial queue that must run it")
         }
         if let outcome = storedOutcome { return outcome }
         try claim()
         let done = DispatchSemaphore(value: 0)
         whenFinished { done.signal() }
-        (queue ?? OperationQueue()).launch(self)
-        guard done.wait(timeout: .now() + timeout) == .success, let outcome = storedOutcome else {
+        queue.launch(self)
+        guard done.wait(timeout: timeout.deadlineFromNow) == .success, let outcome = storedOutcome else {
             cancel()
-            throw .timedOut(seconds: timeout)
+            throw .timedOut(operation: reference, after: timeout)
         }
         return outcome
     }
+
+    /// Blocks until someone else's run of the operation finishes, or `timeout` runs out.
+    func waitBlocking(timeout: Duration) throws(BatonError) -> Outcome<(any Sendable)?> {
+        let done = DispatchSemaphore(value: 0)
+        whenFinished { done.signal() }
+        guard done.wait(timeout: timeout.deadlineFromNow) == .success, let outcome = storedOutcome else {
+            throw .timedOut(operation: reference, after: timeout)
+        }
+        return outcome
+    }
+
+    /// Claims the operation, adds it to `queue`, and suspends until it finishes.
+    func runSuspending(on queue: OperationQueue) async throws(BatonError) -> Outcome<(any Sendable)?> {
+        if let outcome = storedOutcome { return outcome }
+        try claim()
+        queue.launch(self)
+        return await waitSuspending()
+    }
+
+    /// Suspends until the operation has finished. Cancelling the awaiting task cancels the operation
+    /// and ends the wait at once with ``Outcome/cancelled``, whether or not anyone ever runs it.
+    func waitSuspending() async -> Outcome<(any Sendable)?> {
+        let waiter = OutcomeWaiter()
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                waiter.install(continuation)
+                whenFinished { [weak self] in waiter.resume(with: self?.storedOutcome ?? .cancelled) }
+            }
+        } onCancel: {
+            // The operation first, so that the awaiting task resumes with it already cancelled.
+            self.cancel()
+            waiter.resume(with: .cancelled)
+        }
+    }
 }
 
-extension ResultOperation {
-    /// Runs the operation, blocks until it has finished, and returns its output.
-    ///
-    /// - Parameters:
-    ///   - queue: The queue that runs the operation. Default: a private queue.
-    ///   - timeout: The longest wait in seconds; the operation is cancelled when it runs out.
-    /// - Returns: The output.
-    /// - Throws: The operation's error, `CancellationError` if it was cancelled, or a ``BatonError``
-    ///   as ``AsyncOperation/runAndWait(on:timeout:)`` throws.
-    @available(*, noasync, message: "use value() in async code")
-    public final func runAndWaitForOutput(on queue: OperationQueue? = nil, timeout: Double) throws -> Output {
-        try Self.typed(runAndWaitForStoredOutcome(on: queue, timeout: timeout)).get()
+/// One await of an operation's outcome, resumed exactly once: by the operation's finish, or by the
+/// cancellation of the awaiting task, whichever comes first.
+final class OutcomeWaiter: Sendable {
+    private enum State {
+        case idle
+        case waiting(CheckedContinuation<Outcome<(any Sendable)?>, Never>)
+        case resumed
+        /// Resumed before the continuation was installed (the task was cancelled first).
+        case decided(Outcome<(any Sendable)?>)
+    }
+
+    private let state = Mutex(State.idle)
+
+    func install(_ continuation: CheckedContinuation<Outcome<(any Sendable)?>, Never>) {
+        let decided: Outcome<(any Sendable)?>? = state.withLock { state in
+            guard case .decided(let outcome) = state else {
+                state = .waiting(continuation)
+                return nil
+            }
+            state = .resumed
+            return outcome
+        }
+        if let decided { continuation.resume(returning: decided) }
+    }
+
+    func resume(with outcome: Outcome<(any Sendable)?>) {
+        let continuation: CheckedContinuation<Outcome<(any Sendable)?>, Never>? = state.withLock { state in
+            switch state {
+            case .idle:
+                state = .decided(outcome)
+                return nil
+            case .waiting(let continuation):
+                state = .resumed
+                return continuation
+            case .resumed, .decided:
+                return nil
+            }
+        }
+        continuation?.resume(returning: outcome)
     }
 }

@@ -10,7 +10,7 @@ import Foundation
 /// Cancelling the operation cancels the task. A task that ends by throwing `CancellationError` (or
 /// throws anything after it was cancelled) finishes the operation cancelled; any other error fails
 /// it; a value succeeds it.
-public final class AsyncTaskOperation<Output>: ResultOperation<Output>, @unchecked Sendable {
+public final class AsyncTaskOperation<Output: Sendable>: ResultOperation<Output>, @unchecked Sendable {
     private let priority: TaskPriority?
     private let body: @Sendable () async throws -> Output
     private let task = Mutex<Task<Void, Never>?>(nil)

@@ -64,24 +64,24 @@ extension AsyncOperation {
         var executeCall: ExecuteCall = .outside
         var isCancelled = false
         /// The outcome, decided while still executing (callbacks run), then kept once finished.
-        var outcome: Outcome<Any?>?
+        var outcome: Outcome<(any Sendable)?>?
         /// A `finish` that arrived before `execute()` was entered; applied when the operation starts.
-        var earlyOutcome: Outcome<Any?>?
+        var earlyOutcome: Outcome<(any Sendable)?>?
         /// Started while a dependency was unfinished: its edges are dropped when it finishes.
         var startedWhileNotReady = false
         var policy: DependencyPolicy = .skipOnFailureOrCancellation
-        var timeout: Double?
+        var timeout: Duration?
         var upstreamError: (any Error)?
-        var input: Any?
+        var input: (any Sendable)?
         weak var delegate: (any AsyncOperationDelegate)?
         var startObservers: [@Sendable () -> Void] = []
-        var outcomeObservers: [@Sendable (Outcome<Any?>) -> Void] = []
+        var outcomeObservers: [@Sendable (Outcome<(any Sendable)?>) -> Void] = []
         /// Internal hooks that run after `isFinished` has been announced.
         var finishedHooks: [@Sendable () -> Void] = []
         var notificationTap: (@Sendable (Notification) -> Void)?
 
         /// Decides the outcome and collects what must be told about it, outside the lock.
-        mutating func beginFinishing(_ outcome: Outcome<Any?>, wasExecuting: Bool) -> FinishEffects {
+        mutating func beginFinishing(_ outcome: Outcome<(any Sendable)?>, wasExecuting: Bool) -> FinishEffects {
             self.outcome = outcome
             if case .cancelled = outcome { isCancelled = true }
             let effects = FinishEffects(
@@ -108,12 +108,12 @@ extension AsyncOperation {
 
     /// What a decided finish must do once the lock is released.
     struct FinishEffects {
-        let outcome: Outcome<Any?>
+        let outcome: Outcome<(any Sendable)?>
         let wasExecuting: Bool
         /// Finished without executing (or started early): unfinished dependencies still point here.
         let dropsUnfinishedDependencies: Bool
         let delegate: (any AsyncOperationDelegate)?
-        let observers: [@Sendable (Outcome<Any?>) -> Void]
+        let observers: [@Sendable (Outcome<(any Sendable)?>) -> Void]
     }
 
     /// What a decided start must do once the lock is released.
@@ -179,7 +179,7 @@ extension AsyncOperation {
 
     /// Requests an outcome from `finish`: before `execute()` is entered it is remembered, while
     /// executing it ends the operation (cancellation wins), afterwards it is reported and ignored.
-    func requestFinish(_ requested: Outcome<Any?>, carriesResult: Bool) {
+    func requestFinish(_ requested: Outcome<(any Sendable)?>, carriesResult: Bool) {
         enum Action {
             case remembered
             case report(Diagnostic.Kind)
@@ -213,14 +213,14 @@ extension AsyncOperation {
     }
 
     /// What `start()` finds when it checks the dependencies, computed outside the lock.
-    func dependencyVerdict(_ policy: DependencyPolicy) -> Outcome<Any?>? {
+    func dependencyVerdict(_ policy: DependencyPolicy) -> Outcome<(any Sendable)?>? {
         guard policy != .runRegardless else { return nil }
         var sawCancellation = false
         for dependency in dependencies {
             if let baton = dependency as? AsyncOperation {
                 switch baton.core.withLock({ $0.outcome }) {
                 case .failed(let error)? where policy == .skipOnFailureOrCancellation:
-                    return .failed(BatonError.dependencyFailed(dependency: baton.batonName, underlying: error))
+                    return .failed(BatonError.dependencyFailed(dependency: baton.reference, underlying: error))
                 case .cancelled?:
                     sawCancellation = true
                 default:
@@ -244,7 +244,7 @@ extension AsyncOperation {
     }
 
     /// The outcome including the output as stored (`nil` output for operations without one).
-    var storedOutcome: Outcome<Any?>? {
+    var storedOutcome: Outcome<(any Sendable)?>? {
         core.withLock { $0.phase == .finished ? $0.outcome : nil }
     }
 

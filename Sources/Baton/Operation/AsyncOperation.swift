@@ -36,7 +36,7 @@ import Foundation
 /// `OperationQueue` is never told about a finish it did not start. While executing, cancellation is
 /// cooperative: ``didCancel()`` tells the subclass, which then calls `finish()`; the outcome is
 /// ``Outcome/cancelled`` whatever `finish` carries.
-open class AsyncOperation: Operation, @unchecked Sendable {
+open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     let core = Mutex(State())
 
     /// Creates a pending operation.
@@ -53,7 +53,7 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     /// ``BatonError/executeNotOverridden(operation:)``.
     open func execute() {
         Diagnostics.report(.executeNotOverridden, self)
-        finish(throwing: BatonError.executeNotOverridden(operation: batonName))
+        finish(throwing: BatonError.executeNotOverridden(operation: reference))
     }
 
     /// Tells the subclass that the operation was cancelled while executing.
@@ -83,21 +83,20 @@ open class AsyncOperation: Operation, @unchecked Sendable {
 
     /// Finishes a composite with what its children produced. Cancellation wins, as for `finish`, but a
     /// result that cancellation makes moot is not reported: the composite did nothing wrong.
-    func conclude(_ outcome: Outcome<Any?>) {
+    func conclude(_ outcome: Outcome<(any Sendable)?>) {
         requestFinish(outcome, carriesResult: false)
     }
 
     /// The outcome of `finish()` without an output; a typed operation overrides it.
-    func plainFinishOutcome() -> Outcome<Any?> {
+    func plainFinishOutcome() -> Outcome<(any Sendable)?> {
         .succeeded(nil)
     }
 
     /// An error that fails the operation at start, read under the lock (argument and input checks).
     /// Overrides call `super` first.
     func preflightFailure(_ state: State) -> (any Error)? {
-        if let timeout = state.timeout, timeout.isNaN || timeout < 0 {
-            return BatonError.invalidArgument(
-                operation: batonName, reason: "timeout must be a number of seconds >= 0, got \(timeout)")
+        if let timeout = state.timeout, timeout < .zero {
+            return BatonError.invalidArgument(operation: reference, reason: "timeout must not be negative, got \(timeout)")
         }
         return nil
     }
@@ -141,7 +140,7 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         }
         let decision: Decision = core.withLock { state in
             guard state.phase == .pending else { return .ignore }
-            let skipped: Outcome<Any?>?
+            let skipped: Outcome<(any Sendable)?>?
             if state.isCancelled {
                 skipped = .cancelled
             } else if let early = state.earlyOutcome {
@@ -180,7 +179,7 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     /// arrived while the start was being announced.
     private func enterExecute() {
         enum Entry {
-            case execute(timeout: Double?)
+            case execute(timeout: Duration?)
             case finish(FinishEffects)
         }
         let entry: Entry = core.withLock { state in
@@ -194,7 +193,7 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         case .finish(let effects):
             finishWithoutExecuting(effects)
         case .execute(let timeout):
-            if let timeout, timeout.isFinite { armTimeout(after: timeout) }
+            if let timeout { armTimeout(after: timeout) }
             callExecute()
         }
     }
@@ -311,25 +310,26 @@ open class AsyncOperation: Operation, @unchecked Sendable {
 
     // MARK: - Outcome
 
-    /// How the operation ended, or `nil` until it has finished.
-    public final var outcome: Outcome<Void>? {
-        storedOutcome?.map { _ in () }
-    }
-
-    /// The longest the operation may execute, in seconds, or `nil` (the default) for no limit.
+    /// The longest the operation may execute, or `nil` (the default) for no limit.
+    ///
+    /// ```swift
+    /// download.timeout = .seconds(30)
+    /// ```
     ///
     /// When it runs out while the operation is still executing, Baton reports
     /// ``Diagnostic/Kind/timedOut`` and cancels the operation, which then finishes cancelled (through
-    /// ``didCancel()``, as any cancellation). Set it before the operation starts. `0` cancels the
-    /// operation as soon as it executes; `.infinity` means no limit; a negative value or NaN fails the
-    /// operation at start with ``BatonError/invalidArgument(operation:reason:)``, without executing.
-    public final var timeout: Double? {
+    /// ``didCancel()``, as any cancellation). Set it before the operation starts. `.zero` cancels the
+    /// operation as soon as it executes; a negative duration fails the operation at start with
+    /// ``BatonError/invalidArgument(operation:reason:)``, without executing.
+    public final var timeout: Duration? {
         get { core.withLock { $0.timeout } }
         set { core.withLock { $0.timeout = newValue } }
     }
 
-    private func armTimeout(after seconds: Double) {
-        DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { [weak self] in
+    private func armTimeout(after duration: Duration) {
+        let deadline = duration.deadlineFromNow
+        guard deadline != .distantFuture else { return }
+        DispatchQueue.global().asyncAfter(deadline: deadline) { [weak self] in
             guard let self else { return }
             let overdue = self.core.withLock { $0.phase == .executing && $0.outcome == nil && !$0.isCancelled }
             guard overdue else { return }
@@ -377,18 +377,8 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         }
     }
 
-    /// Adds a closure called with the outcome, **before** the operation becomes finished.
-    ///
-    /// Added after the outcome was decided, it is called at once. Closures are released when the
-    /// operation finishes, so capturing the operation does not leak it.
-    ///
-    /// - Parameter observer: The closure, given the outcome.
-    public final func onOutcome(_ observer: @escaping @Sendable (Outcome<Void>) -> Void) {
-        addOutcomeObserver { observer($0.map { _ in () }) }
-    }
-
-    func addOutcomeObserver(_ observer: @escaping @Sendable (Outcome<Any?>) -> Void) {
-        let decided: Outcome<Any?>? = core.withLock { state in
+    func addOutcomeObserver(_ observer: @escaping @Sendable (Outcome<(any Sendable)?>) -> Void) {
+        let decided: Outcome<(any Sendable)?>? = core.withLock { state in
             if let outcome = state.outcome { return outcome }
             state.outcomeObservers.append(observer)
             return nil

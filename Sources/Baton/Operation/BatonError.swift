@@ -1,43 +1,68 @@
 /// The errors Baton itself reports. Each case names the operation (or operations) at fault.
 ///
-/// Operations are named by their `name`, or by their type when they have none. Errors thrown by
-/// your own operations are passed along unchanged; Baton wraps them only when it has to say where an
-/// error came from (``dependencyFailed(dependency:underlying:)``).
+/// An operation is named by an ``OperationReference``: its display name (`name`, or its type when it
+/// has none) and its identity, which leads back to the operation while it lives, so two unnamed
+/// operations of one type are told apart. ``culprit`` gives it for any case that names one operation.
+/// Errors thrown by your own operations are passed along unchanged; Baton wraps them only when it has
+/// to say where an error came from (``dependencyFailed(dependency:underlying:)``).
 public enum BatonError: Error, Sendable {
     /// A dependency failed, so the operation was skipped (``DependencyPolicy/skipOnFailureOrCancellation``).
-    case dependencyFailed(dependency: String, underlying: any Error)
+    case dependencyFailed(dependency: OperationReference, underlying: any Error)
     /// A chain adapter found an upstream output whose type is not the downstream operation's input.
-    case inputTypeMismatch(operation: String, expected: String, actual: String)
+    case inputTypeMismatch(operation: OperationReference, expected: String, actual: String)
     /// An input-taking operation was started without an input.
-    case missingInput(operation: String)
+    case missingInput(operation: OperationReference)
     /// An operation with an output called `finish()` without one.
-    case missingOutput(operation: String)
+    case missingOutput(operation: OperationReference)
+    /// A ``SequenceOperation`` with an output was given no steps, so nothing could produce it.
+    case emptySequence(operation: OperationReference)
     /// A subclass of ``AsyncOperation`` did not override `execute()`.
-    case executeNotOverridden(operation: String)
-    /// The same operation appears twice in a chain.
-    case duplicateOperation(operation: String)
-    /// The operation already belongs to a chain or queue.
-    case alreadyEnqueued(operation: String)
+    case executeNotOverridden(operation: OperationReference)
+    /// The same operation appears twice in a chain or a composite.
+    case duplicateOperation(operation: OperationReference)
+    /// The operation already belongs to a chain, a composite, a queue or a wait.
+    case alreadyEnqueued(operation: OperationReference)
     /// The operation is already executing.
-    case alreadyExecuting(operation: String)
+    case alreadyExecuting(operation: OperationReference)
     /// The operation has already finished.
-    case alreadyFinished(operation: String)
+    case alreadyFinished(operation: OperationReference)
     /// Chaining these operations would close a dependency cycle; the path lists it in order.
-    case dependencyCycle(path: [String])
-    /// A wait ran out of time before the work finished.
-    case timedOut(seconds: Double)
+    case dependencyCycle(path: [OperationReference])
+    /// A blocking wait ran out of time before `operation` finished (for a chain: its first operation
+    /// that had not finished).
+    case timedOut(operation: OperationReference, after: Duration)
     /// Children of a group failed; the errors are in the order the children finished.
-    case childrenFailed(group: String, errors: [any Error])
-    /// A node of an operation tree failed; `path` leads from the root to it (`node[index]` steps).
+    case childrenFailed(group: OperationReference, errors: [any Error])
+    /// A node of an operation tree failed; `path` leads from the root to it (`node[index]` steps), which
+    /// names the operation unambiguously within its tree.
     case treeNodeFailed(path: [String], underlying: any Error)
     /// Several nodes of an operation tree failed; each failure is a ``treeNodeFailed(path:underlying:)``.
     case treeFailed(failures: [BatonError])
+    /// A tree node on an edge that closes a cycle was freed before its tree ran (the tree holds such
+    /// nodes weakly); keep the cycle's root alive until the tree is made.
+    case treeNodeFreed(node: String)
     /// The last child of a sequence produced a value that is not the sequence's `Output`.
-    case outputTypeMismatch(operation: String, expected: String, actual: String)
+    case outputTypeMismatch(operation: OperationReference, expected: String, actual: String)
     /// A parameter is out of range; the text says which and why.
-    case invalidArgument(operation: String, reason: String)
+    case invalidArgument(operation: OperationReference, reason: String)
     /// Waiting here would block the thread that must run the operation.
-    case wouldDeadlock(operation: String, reason: String)
+    case wouldDeadlock(operation: OperationReference, reason: String)
+
+    /// The one operation the error names, or `nil` for the cases that name a path or several.
+    public var culprit: OperationReference? {
+        switch self {
+        case .dependencyFailed(let operation, _), .inputTypeMismatch(let operation, _, _),
+             .missingInput(let operation), .missingOutput(let operation), .emptySequence(let operation),
+             .executeNotOverridden(let operation), .duplicateOperation(let operation),
+             .alreadyEnqueued(let operation), .alreadyExecuting(let operation),
+             .alreadyFinished(let operation), .timedOut(let operation, _), .childrenFailed(let operation, _),
+             .outputTypeMismatch(let operation, _, _), .invalidArgument(let operation, _),
+             .wouldDeadlock(let operation, _):
+            return operation
+        case .dependencyCycle, .treeNodeFailed, .treeFailed, .treeNodeFreed:
+            return nil
+        }
+    }
 }
 
 extension BatonError: CustomStringConvertible {
@@ -52,26 +77,30 @@ extension BatonError: CustomStringConvertible {
             return "\(operation) was started without an input"
         case .missingOutput(let operation):
             return "\(operation) finished without an output; call finish(with:)"
+        case .emptySequence(let operation):
+            return "\(operation) has no steps, so nothing produces its output; give init(operations:) at least one operation"
         case .executeNotOverridden(let operation):
             return "\(operation) does not override execute()"
         case .duplicateOperation(let operation):
-            return "\(operation) appears more than once in the chain"
+            return "\(operation) appears more than once in the chain or composite"
         case .alreadyEnqueued(let operation):
-            return "\(operation) already belongs to a chain or queue"
+            return "\(operation) already belongs to a chain, a composite, a queue or a wait"
         case .alreadyExecuting(let operation):
             return "\(operation) is already executing"
         case .alreadyFinished(let operation):
             return "\(operation) has already finished"
         case .dependencyCycle(let path):
-            return "chaining would create a dependency cycle: \(path.joined(separator: " -> "))"
-        case .timedOut(let seconds):
-            return "timed out after \(seconds) s"
+            return "chaining would create a dependency cycle: \(path.map(\.name).joined(separator: " -> "))"
+        case .timedOut(let operation, let duration):
+            return "timed out after \(duration) waiting for \(operation)"
         case .childrenFailed(let group, let errors):
             return "\(errors.count) child operation(s) of \(group) failed: \(errors.map { "\($0)" }.joined(separator: "; "))"
         case .treeNodeFailed(let path, let underlying):
             return "tree node \(path.joined(separator: " / ")) failed: \(underlying)"
         case .treeFailed(let failures):
             return "\(failures.count) tree node(s) failed: \(failures.map(\.description).joined(separator: "; "))"
+        case .treeNodeFreed(let node):
+            return "tree node \(node) closes a cycle and was freed before its tree ran; keep the cycle's root alive"
         case .outputTypeMismatch(let operation, let expected, let actual):
             return "\(operation) produces \(expected) but its last step produced \(actual)"
         case .invalidArgument(let operation, let reason):

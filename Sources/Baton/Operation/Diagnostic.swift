@@ -30,10 +30,8 @@ public struct Diagnostic: Sendable, CustomStringConvertible {
 
     /// What went wrong.
     public let kind: Kind
-    /// The operation's name, or its type when it has none.
-    public let operationName: String
-    /// The identity of the operation, to tell reports of one operation from another's.
-    public let operationID: ObjectIdentifier
+    /// The operation it happened to: its name, its identity, and the operation while it lives.
+    public let operation: OperationReference
 
     /// Creates a report.
     ///
@@ -42,8 +40,7 @@ public struct Diagnostic: Sendable, CustomStringConvertible {
     ///   - operation: The operation it happened to.
     public init(kind: Kind, operation: Operation) {
         self.kind = kind
-        self.operationName = operation.batonName
-        self.operationID = ObjectIdentifier(operation)
+        self.operation = OperationReference(operation)
     }
 
     /// A one-line text such as `Baton: FetchRecipe: finish called twice; ignored`.
@@ -60,13 +57,6 @@ public struct Diagnostic: Sendable, CustomStringConvertible {
         case .executeNotOverridden: what = "execute() not overridden; failing"
         case .timedOut: what = "still executing when its timeout ran out; cancelled"
         }
-        return "Baton: \(operationName): \(what)"
-    }
-}
-
-extension Operation {
-    /// The name Baton uses in errors and diagnostics: `name`, or the type's name.
-    var batonName: String {
-        name ?? String(describing: type(of: self))
+        return "Baton: \(operation.name): \(what)"
     }
 }

@@ -43,7 +43,7 @@ extension Operation {
 
     /// The outcome as a chain or a composite sees it: a Baton operation's own, or for a Foundation
     /// operation cancelled or succeeded (without an output).
-    var observedOutcome: Outcome<Any?> {
+    var observedOutcome: Outcome<(any Sendable)?> {
         if let baton = self as? AsyncOperation {
             return baton.storedOutcome ?? .cancelled
         }

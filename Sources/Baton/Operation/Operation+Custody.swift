@@ -42,9 +42,9 @@ extension Operation {
             try baton.claimCustody()
             return
         }
-        if isFinished { throw .alreadyFinished(operation: batonName) }
-        if isExecuting { throw .alreadyExecuting(operation: batonName) }
-        guard ForeignCustody.claim(self) else { throw .alreadyEnqueued(operation: batonName) }
+        if isFinished { throw .alreadyFinished(operation: reference) }
+        if isExecuting { throw .alreadyExecuting(operation: reference) }
+        guard ForeignCustody.claim(self) else { throw .alreadyEnqueued(operation: reference) }
     }
 
     /// Gives back a claim that was never used (the rest of a chain failed validation, or a composite
@@ -114,9 +114,9 @@ extension AsyncOperation {
         }
         switch refusal {
         case nil: return
-        case .finished?: throw .alreadyFinished(operation: batonName)
-        case .executing?: throw .alreadyExecuting(operation: batonName)
-        case .taken?: throw .alreadyEnqueued(operation: batonName)
+        case .finished?: throw .alreadyFinished(operation: reference)
+        case .executing?: throw .alreadyExecuting(operation: reference)
+        case .taken?: throw .alreadyEnqueued(operation: reference)
         }
     }
 

@@ -1,10 +1,11 @@
 /// How an operation ended: exactly one of succeeded, failed or cancelled.
 ///
 /// Every Baton operation ends in one outcome and never changes it afterwards. Operations without an
-/// output report `Outcome<Void>`; a ``ResultOperation`` reports `Outcome<Output>`.
+/// output report `Outcome<Void>`; a ``ResultOperation`` reports `Outcome<Output>`. It is a `Result`
+/// with cancellation as a case of its own; ``result`` and ``init(_:)`` convert between the two.
 ///
 /// ```swift
-/// switch operation.result {
+/// switch operation.outcome {
 /// case .succeeded(let recipe)?: print(recipe.title)
 /// case .failed(let error)?: print("failed: \(error)")
 /// case .cancelled?: print("cancelled")
@@ -31,16 +32,43 @@ public enum Outcome<Output> {
         return nil
     }
 
+    /// Whether the outcome is a success: ``succeeded(_:)``.
+    public var isSuccess: Bool {
+        if case .succeeded = self { return true }
+        return false
+    }
+
+    /// Whether the outcome is a failure: ``failed(_:)``.
+    public var isFailure: Bool {
+        if case .failed = self { return true }
+        return false
+    }
+
     /// Whether the outcome is ``cancelled``.
     public var isCancelled: Bool {
         if case .cancelled = self { return true }
         return false
     }
 
-    /// Whether the outcome is ``succeeded(_:)``.
-    public var isSucceeded: Bool {
-        if case .succeeded = self { return true }
-        return false
+    /// Creates the outcome a `Result` stands for: a failure with `CancellationError` is ``cancelled``,
+    /// so that `Outcome(outcome.result)` gives back the same outcome.
+    ///
+    /// - Parameter result: The result.
+    public init(_ result: Result<Output, any Error>) {
+        switch result {
+        case .success(let output): self = .succeeded(output)
+        case .failure(let error) where error is CancellationError: self = .cancelled
+        case .failure(let error): self = .failed(error)
+        }
+    }
+
+    /// The outcome as a `Result`; ``cancelled`` becomes a failure with `CancellationError`.
+    public var result: Result<Output, any Error> {
+        switch self {
+        case .succeeded(let output): return .success(output)
+        case .failed(let error): return .failure(error)
+        case .cancelled: return .failure(CancellationError())
+        }
     }
 
     /// Returns the output, or throws the error; a cancelled outcome throws `CancellationError`.

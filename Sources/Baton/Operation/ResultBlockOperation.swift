@@ -3,7 +3,7 @@
 /// ```swift
 /// let answer = ResultBlockOperation<Int> { operation in operation.finish(with: 42) }
 /// ```
-public final class ResultBlockOperation<Output>: ResultOperation<Output>, @unchecked Sendable {
+public final class ResultBlockOperation<Output: Sendable>: ResultOperation<Output>, @unchecked Sendable {
     private let body: @Sendable (ResultBlockOperation<Output>) -> Void
 
     /// Creates an operation that runs `body` when it executes.

@@ -1,7 +1,7 @@
 /// An asynchronous operation that produces an `Output`.
 ///
 /// Override ``AsyncOperation/execute()`` and finish with ``finish(with:)-(Output)``; read the
-/// result through ``output`` or ``result``.
+/// result through ``output`` or ``outcome``.
 ///
 /// ```swift
 /// final class Count: ResultOperation<Int>, @unchecked Sendable {
@@ -10,15 +10,13 @@
 ///     override func execute() { finish(with: text.split(separator: " ").count) }
 /// }
 ///
-/// let count = Count("one two three")
-/// OperationQueue().addOperation(count)
-/// count.waitUntilFinished()
-/// print(count.output!)   // 3
+/// let words = try Count("one two three").run(timeout: .seconds(5))
+/// print(words)   // 3
 /// ```
 ///
 /// Calling the untyped `finish()` on an operation whose `Output` is not `Void` fails it with
 /// ``BatonError/missingOutput(operation:)``.
-open class ResultOperation<Output>: AsyncOperation, @unchecked Sendable {
+open class ResultOperation<Output: Sendable>: AsyncOperation, @unchecked Sendable {
     /// Creates a pending operation.
     public override init() {
         super.init()
@@ -43,35 +41,38 @@ open class ResultOperation<Output>: AsyncOperation, @unchecked Sendable {
 
     /// The output, or `nil` until the operation has succeeded.
     public final var output: Output? {
-        result?.output
+        outcome?.output
     }
 
-    /// How the operation ended, with its typed output, or `nil` until it has finished.
-    public final var result: Outcome<Output>? {
-        storedOutcome.map(Self.typed)
+    /// How the operation ended, with its output, or `nil` until it has finished.
+    ///
+    /// The same property as ``OutcomeReporting/outcome`` of every ``AsyncOperation``, typed by
+    /// `Output`.
+    public final var outcome: Outcome<Output>? {
+        storedOutcome.map(typed)
     }
 
-    /// Adds a closure called with the typed outcome, **before** the operation becomes finished.
+    /// Adds a closure called once with the outcome, **before** the operation becomes finished.
     ///
     /// Added after the outcome was decided, it is called at once. Closures are released when the
-    /// operation finishes.
+    /// operation finishes, so capturing the operation does not leak it.
     ///
-    /// - Parameter observer: The closure, given the typed outcome.
-    public final func onResult(_ observer: @escaping @Sendable (Outcome<Output>) -> Void) {
-        addOutcomeObserver { observer(Self.typed($0)) }
+    /// - Parameter observer: The closure, given the outcome with its output.
+    public final func onFinish(_ observer: @escaping @Sendable (Outcome<Output>) -> Void) {
+        addOutcomeObserver { observer(self.typed($0)) }
     }
 
-    override func plainFinishOutcome() -> Outcome<Any?> {
+    override func plainFinishOutcome() -> Outcome<(any Sendable)?> {
         if let void = () as? Output { return .succeeded(void) }
-        return .failed(BatonError.missingOutput(operation: batonName))
+        return .failed(BatonError.missingOutput(operation: reference))
     }
 
     /// Converts the stored outcome; only `finish(with:)` stores a success, so the cast holds.
-    static func typed(_ outcome: Outcome<Any?>) -> Outcome<Output> {
+    func typed(_ outcome: Outcome<(any Sendable)?>) -> Outcome<Output> {
         switch outcome {
         case .succeeded(let value):
             guard let output = value as? Output else {
-                return .failed(BatonError.missingOutput(operation: String(describing: Self.self)))
+                return .failed(BatonError.missingOutput(operation: reference))
             }
             return .succeeded(output)
         case .failed(let error): return .failed(error)

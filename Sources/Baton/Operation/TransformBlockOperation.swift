@@ -5,26 +5,35 @@
 ///     operation.finish(with: operation.input! * 2)
 /// }
 /// ```
-public final class TransformBlockOperation<Input, Output>: TransformOperation<Input, Output>, @unchecked Sendable {
+public final class TransformBlockOperation<Input: Sendable, Output: Sendable>: TransformOperation<Input, Output>, @unchecked Sendable {
     private let body: @Sendable (TransformBlockOperation<Input, Output>) -> Void
 
     /// Creates an operation that runs `body` when it executes.
     ///
-    /// - Parameter body: The work; it reads ``TransformOperation/input`` and must finish the
-    ///   operation (or rerun it) eventually.
-    public init(_ body: @escaping @Sendable (TransformBlockOperation<Input, Output>) -> Void) {
+    /// - Parameters:
+    ///   - input: The input, or `nil` (the default) to set it later or let a chain provide it.
+    ///   - body: The work; it reads ``TransformOperation/input`` and must finish the operation (or
+    ///     rerun it) eventually.
+    public init(input: Input? = nil, _ body: @escaping @Sendable (TransformBlockOperation<Input, Output>) -> Void) {
         self.body = body
         super.init()
+        if let input { self.input = input }
     }
 
     /// Creates an operation that applies a throwing function to its input: it finishes with the
     /// function's value, or fails with the error the function throws.
     ///
-    /// - Parameter transform: The function.
-    public convenience init(transform: @escaping @Sendable (Input) throws -> Output) {
-        self.init { operation in
+    /// ```swift
+    /// let double = TransformBlockOperation(input: 21) { $0 * 2 }
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - input: The input, or `nil` (the default) to set it later or let a chain provide it.
+    ///   - transform: The function.
+    public convenience init(input: Input? = nil, transform: @escaping @Sendable (Input) throws -> Output) {
+        self.init(input: input) { operation in
             guard let input = operation.input else {
-                operation.finish(throwing: operation.upstreamError ?? BatonError.missingInput(operation: operation.batonName))
+                operation.finish(throwing: operation.upstreamError ?? BatonError.missingInput(operation: operation.reference))
                 return
             }
             operation.finish(with: Result { try transform(input) })

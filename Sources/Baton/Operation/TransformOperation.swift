@@ -16,7 +16,7 @@
 /// shout.waitUntilFinished()
 /// print(shout.output!)   // HELLO
 /// ```
-open class TransformOperation<Input, Output>: ResultOperation<Output>, @unchecked Sendable {
+open class TransformOperation<Input: Sendable, Output: Sendable>: ResultOperation<Output>, @unchecked Sendable {
     /// Creates a pending operation whose input is set later.
     public override init() {
         super.init()
@@ -46,7 +46,7 @@ open class TransformOperation<Input, Output>: ResultOperation<Output>, @unchecke
     override func preflightFailure(_ state: State) -> (any Error)? {
         if let failure = super.preflightFailure(state) { return failure }
         if state.input == nil && state.upstreamError == nil {
-            return BatonError.missingInput(operation: batonName)
+            return BatonError.missingInput(operation: reference)
         }
         return nil
     }
@@ -55,14 +55,14 @@ open class TransformOperation<Input, Output>: ResultOperation<Output>, @unchecke
 /// An operation that can take the output of the operation before it in a chain.
 protocol InputAccepting: AnyObject {
     /// Stores `value` as the input, or returns the error that says why it does not fit.
-    func acceptInput(_ value: Any) -> BatonError?
+    func acceptInput(_ value: any Sendable) -> BatonError?
 }
 
 extension TransformOperation: InputAccepting {
-    func acceptInput(_ value: Any) -> BatonError? {
+    func acceptInput(_ value: any Sendable) -> BatonError? {
         guard let typed = value as? Input else {
             return .inputTypeMismatch(
-                operation: batonName,
+                operation: reference,
                 expected: String(describing: Input.self),
                 actual: String(describing: type(of: value))
             )
