@@ -23,7 +23,7 @@ final class ___FILEBASENAMEASIDENTIFIER___: TransformOperation<___VARIABLE_input
     /// Starts the work. Baton calls it once, with an input, unless the operation was cancelled first.
     override func execute() {
         guard let input else {
-            return finish(throwing: upstreamError ?? BatonError.missingInput(operation: "___FILEBASENAMEASIDENTIFIER___"))
+            return finish(throwing: upstreamError ?? BatonError.missingInput(operation: OperationReference(self)))
         }
         DispatchQueue.global().async {
             guard !self.isCancelled else { return self.finish() }

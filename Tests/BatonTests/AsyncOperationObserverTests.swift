@@ -32,10 +32,10 @@ final class AsyncOperationObserverTests: BatonTestCase {
         }
         operation.delegate = delegate
         operation.onStart { events.append("onStart") }
-        operation.onOutcome { [unowned operation] outcome in
+        operation.onFinish { [unowned operation] outcome in
             events.append("onOutcome \(outcome) finished=\(operation.isFinished)")
         }
-        operation.onResult { [unowned operation] result in
+        operation.onFinish { [unowned operation] result in
             events.append("onResult \(result) finished=\(operation.isFinished)")
         }
         let queue = OperationQueue()
@@ -73,7 +73,7 @@ final class AsyncOperationObserverTests: BatonTestCase {
         let operation = ImmediateOperation(.success(3))
         operation.start()
         let calls = Locked(0)
-        operation.onResult { _ in calls.increment() }
+        operation.onFinish { _ in calls.increment() }
         operation.onStart { calls.increment() }   // too late: never called
         XCTAssertEqual(calls.value, 1)
     }
@@ -100,7 +100,7 @@ final class AsyncOperationObserverTests: BatonTestCase {
                 let operation = TrackedOperation(freed: gate)
                 // Strong captures of the operation: released when it finishes, so no cycle remains.
                 operation.onStart { _ = operation.isExecuting }
-                operation.onOutcome { _ in _ = operation.isFinished }
+                operation.onFinish { _ in _ = operation.isFinished }
                 operation.delegate = delegate
                 queue.addOperation(operation)
             }

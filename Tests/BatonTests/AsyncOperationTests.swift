@@ -42,8 +42,8 @@ final class AsyncOperationTests: BatonTestCase {
         operation.finish(with: 3)
         XCTAssertTrue(operation.isFinished)
         XCTAssertFalse(operation.isExecuting)
-        XCTAssertEqual(operation.result?.output, 3)
-        XCTAssertTrue(operation.outcome?.isSucceeded == true)
+        XCTAssertEqual(operation.outcome?.output, 3)
+        XCTAssertTrue(operation.outcome?.isSuccess == true)
         XCTAssertTrue(operation.isAsynchronous)
     }
 
@@ -102,7 +102,7 @@ final class AsyncOperationTests: BatonTestCase {
         operation.start()
         XCTAssertTrue(operation.isFinished)
         XCTAssertEqual(operation.executions.value, 0)
-        XCTAssertTrue(operation.result?.isCancelled == true)
+        XCTAssertTrue(operation.outcome?.isCancelled == true)
     }
 
     /// A cancelled operation that waits in a queue for a dependency finishes once the dependency has
@@ -122,7 +122,7 @@ final class AsyncOperationTests: BatonTestCase {
         blocker.finish(with: 1)
         waitFinished(waiting)
         XCTAssertEqual(waiting.executions.value, 0)
-        XCTAssertTrue(waiting.result?.isCancelled == true)
+        XCTAssertTrue(waiting.outcome?.isCancelled == true)
         drain(queue)
         XCTAssertEqual(queue.operationCount, 0)
     }
@@ -139,7 +139,7 @@ final class AsyncOperationTests: BatonTestCase {
 
         operation.finish(with: 99)
         XCTAssertTrue(operation.isFinished)
-        XCTAssertTrue(operation.result?.isCancelled == true)
+        XCTAssertTrue(operation.outcome?.isCancelled == true)
         XCTAssertNil(operation.output)
         XCTAssertEqual(diagnostics.kinds(for: operation), [.resultAfterCancellation])
     }
@@ -227,18 +227,18 @@ final class AsyncOperationTests: BatonTestCase {
         failure.start()
         XCTAssertNil(failure.output)
         XCTAssertEqual(failure.outcome?.error as? TestError, TestError(code: 3))
-        XCTAssertThrowsError(try failure.result?.get()) { XCTAssertEqual($0 as? TestError, TestError(code: 3)) }
+        XCTAssertThrowsError(try failure.outcome?.get()) { XCTAssertEqual($0 as? TestError, TestError(code: 3)) }
     }
 
     func testUntypedFinishOnATypedOperationFailsWithMissingOutput() {
         let operation = ResultBlockOperation<Int> { $0.finish() }
         operation.start()
-        guard case .failed(BatonError.missingOutput)? = operation.result else {
-            return XCTFail("expected missingOutput, got \(String(describing: operation.result))")
+        guard case .failed(BatonError.missingOutput)? = operation.outcome else {
+            return XCTFail("expected missingOutput, got \(String(describing: operation.outcome))")
         }
         let void = ResultBlockOperation<Void> { $0.finish() }
         void.start()
-        XCTAssertTrue(void.result?.isSucceeded == true)
+        XCTAssertTrue(void.outcome?.isSuccess == true)
     }
 
     func testTransformWithoutInputFailsWithoutExecuting() {
@@ -246,8 +246,8 @@ final class AsyncOperationTests: BatonTestCase {
         let operation = TransformBlockOperation<Int, Int> { ran.increment(); $0.finish(with: 0) }
         operation.start()
         XCTAssertEqual(ran.value, 0)
-        guard case .failed(BatonError.missingInput)? = operation.result else {
-            return XCTFail("expected missingInput, got \(String(describing: operation.result))")
+        guard case .failed(BatonError.missingInput)? = operation.outcome else {
+            return XCTFail("expected missingInput, got \(String(describing: operation.outcome))")
         }
     }
 
@@ -272,7 +272,7 @@ final class AsyncOperationTests: BatonTestCase {
         queue.addOperation(operation)
         waitFinished(operation)
         XCTAssertEqual(runs.value, 3)
-        XCTAssertTrue(operation.outcome?.isSucceeded == true)
+        XCTAssertTrue(operation.outcome?.isSuccess == true)
     }
 
     func testRerunOfACancelledOperationFinishesItCancelled() {
@@ -294,7 +294,7 @@ final class AsyncOperationTests: BatonTestCase {
         let completions = Locked([Int](repeating: 0, count: count))
         let operations = (0..<count).map { index in
             let operation = ManualOperation()
-            operation.onResult { _ in completions.mutate { $0[index] += 1 } }
+            operation.onFinish { _ in completions.mutate { $0[index] += 1 } }
             return operation
         }
         DispatchQueue.concurrentPerform(iterations: count) { operations[$0].start() }
@@ -312,7 +312,7 @@ final class AsyncOperationTests: BatonTestCase {
         XCTAssertTrue(operations.allSatisfy { !$0.isExecuting })
         for operation in operations {
             // Cancelled, or ended by whichever finish came first; never two outcomes.
-            XCTAssertEqual(operation.isCancelled, operation.result?.isCancelled == true)
+            XCTAssertEqual(operation.isCancelled, operation.outcome?.isCancelled == true)
         }
     }
 
@@ -324,7 +324,7 @@ final class AsyncOperationTests: BatonTestCase {
             let operation = AsyncBlockOperation { operation in
                 DispatchQueue.global().async { operation.finish() }
             }
-            operation.onOutcome { _ in finished.increment() }
+            operation.onFinish { _ in finished.increment() }
             if index % 10 == 0 { operation.cancel() }
             return operation
         }

@@ -30,7 +30,7 @@ final class CompositeReleaseTests: BatonTestCase {
     func testRetriesAreFreed() {
         assertFreed { freed in
             let box = Locked<Gate?>(freed)
-            return RetryOperation<Int>(attempts: 2) { attempt in
+            return RetryOperation<Int>(maximumAttempts: 2) { attempt in
                 let gate = box.mutate { gate -> Gate? in defer { gate = nil }; return gate }
                 return TrackedResult(freed: gate, fail: attempt == 1)
             }

@@ -5,19 +5,19 @@ import XCTest
 
 final class ConcurrencyTests: BatonTestCase {
     func testAwaitingAnOperationsOutput() async throws {
-        let value = try await JitterOperation(8).value(on: OperationQueue())
+        let value = try await JitterOperation(8).run(on: OperationQueue())
         XCTAssertEqual(value, 8)
         let enqueued = JitterOperation(9)
         OperationQueue().addOperation(enqueued)
-        let again = try await enqueued.value()
+        let again = try await enqueued.value
         XCTAssertEqual(again, 9)
-        let outcome = await enqueued.waitForOutcome()
-        XCTAssertTrue(outcome.isSucceeded)
+        let outcome = await enqueued.awaitOutcome()
+        XCTAssertTrue(outcome.isSuccess)
     }
 
     func testAwaitingAFailureThrowsIt() async {
         do {
-            _ = try await ImmediateOperation(.failure(TestError(code: 4))).value(on: OperationQueue())
+            _ = try await ImmediateOperation(.failure(TestError(code: 4))).run(on: OperationQueue())
             XCTFail("expected an error")
         } catch {
             XCTAssertEqual(error as? TestError, TestError(code: 4))
@@ -26,7 +26,7 @@ final class ConcurrencyTests: BatonTestCase {
 
     func testCancellingTheAwaitingTaskCancelsTheOperation() async {
         let operation = ManualOperation(finishesOnCancel: true)
-        let task = Task { try await operation.value(on: OperationQueue()) }
+        let task = Task { try await operation.run(on: OperationQueue()) }
         await operation.started.waitAsync()
         task.cancel()
         let result = await task.result
@@ -40,7 +40,7 @@ final class ConcurrencyTests: BatonTestCase {
             await Task.yield()
             return 21 * 2
         }
-        let value = try await operation.value(on: OperationQueue())
+        let value = try await operation.run(on: OperationQueue())
         XCTAssertEqual(value, 42)
     }
 
@@ -54,7 +54,7 @@ final class ConcurrencyTests: BatonTestCase {
         OperationQueue().addOperation(operation)
         await entered.waitAsync()
         operation.cancel()
-        let outcome = await operation.waitForOutcome()
+        let outcome = await operation.awaitOutcome()
         XCTAssertTrue(outcome.isCancelled)
     }
 
@@ -77,6 +77,6 @@ final class ConcurrencyTests: BatonTestCase {
 private enum AsyncTaskOperationWaiter {
     static func run(_ operation: AsyncTaskOperation<Int>) async -> Outcome<Void> {
         OperationQueue().addOperation(operation)
-        return await operation.waitForOutcome()
+        return await operation.awaitOutcome()
     }
 }

@@ -33,7 +33,7 @@ final class DemoTests: BatonTestCase {
     func testTheAuditChecksumsEveryFileAndReportsTheUnreadableOne() throws {
         let audit = DirectoryAudit(root: directory, concurrency: 3)
         let tree = audit.makeTree()
-        XCTAssertTrue(try tree.runAndWait(timeout: testTimeout).isSucceeded)
+        XCTAssertTrue(try tree.runToOutcome(timeout: testTimeout).isSuccess)
         let counts = audit.ledger.snapshot
         XCTAssertEqual(counts.directories, 4)
         XCTAssertEqual(counts.found, 21)
@@ -43,7 +43,7 @@ final class DemoTests: BatonTestCase {
         XCTAssertEqual(counts.records.reduce(0) { $0 + $1.bytes }, (0..<4).reduce(0) { $0 + 5 * $1 * 10 + 10 })
         // The same tree gives the same checksums.
         let again = DirectoryAudit(root: directory, concurrency: 1)
-        XCTAssertTrue(try again.makeTree().runAndWait(timeout: testTimeout).isSucceeded)
+        XCTAssertTrue(try again.makeTree().runToOutcome(timeout: testTimeout).isSuccess)
         XCTAssertEqual(Set(again.ledger.snapshot.records.map { "\($0.path) \($0.checksum)" }),
                        Set(counts.records.map { "\($0.path) \($0.checksum)" }))
     }
@@ -52,7 +52,7 @@ final class DemoTests: BatonTestCase {
         let audit = DirectoryAudit(root: directory, concurrency: 1)
         let tree = audit.makeTree()
         tree.cancel()
-        XCTAssertTrue(try tree.runAndWait(timeout: testTimeout).isCancelled)
+        XCTAssertTrue(try tree.runToOutcome(timeout: testTimeout).isCancelled)
         XCTAssertEqual(audit.ledger.snapshot.records.count, 0)
     }
 

@@ -56,14 +56,15 @@ final class DependencyPolicyTests: BatonTestCase {
                 case .cancelled:
                     XCTAssertEqual(operation.executions.value, 0, context)
                     XCTAssertTrue(operation.isCancelled, context)
-                    XCTAssertTrue(operation.result?.isCancelled == true, context)
+                    XCTAssertTrue(operation.outcome?.isCancelled == true, context)
                 case .failsNamingTheDependency:
                     XCTAssertEqual(operation.executions.value, 0, context)
-                    guard case .failed(BatonError.dependencyFailed(let name, let underlying))? = operation.result else {
-                        XCTFail("\(context): got \(String(describing: operation.result))")
+                    guard case .failed(BatonError.dependencyFailed(let name, let underlying))? = operation.outcome else {
+                        XCTFail("\(context): got \(String(describing: operation.outcome))")
                         continue
                     }
-                    XCTAssertEqual(name, "dependency", context)
+                    XCTAssertTrue(name.operation === dependency, context)
+                    XCTAssertEqual(name.name, "dependency", context)
                     XCTAssertEqual(underlying as? TestError, TestError(code: 21), context)
                 }
             }
@@ -80,8 +81,8 @@ final class DependencyPolicyTests: BatonTestCase {
         let queue = OperationQueue()
         queue.addOperations([cancelled, failed, operation], waitUntilFinished: false)
         drain(queue)
-        guard case .failed(BatonError.dependencyFailed("failed", _))? = operation.result else {
-            return XCTFail("got \(String(describing: operation.result))")
+        guard case .failed(BatonError.dependencyFailed("failed", _))? = operation.outcome else {
+            return XCTFail("got \(String(describing: operation.outcome))")
         }
     }
 
@@ -94,8 +95,8 @@ final class DependencyPolicyTests: BatonTestCase {
         let queue = OperationQueue()
         queue.addOperations([root, middle, leaf], waitUntilFinished: false)
         drain(queue)
-        guard case .failed(BatonError.dependencyFailed("middle", BatonError.dependencyFailed("root", let underlying)))? = leaf.result else {
-            return XCTFail("got \(String(describing: leaf.result))")
+        guard case .failed(BatonError.dependencyFailed("middle", BatonError.dependencyFailed("root", let underlying)))? = leaf.outcome else {
+            return XCTFail("got \(String(describing: leaf.outcome))")
         }
         XCTAssertEqual(underlying as? TestError, TestError(code: 3))
         XCTAssertEqual(middle.executions.value + leaf.executions.value, 0)

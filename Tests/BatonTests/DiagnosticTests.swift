@@ -12,7 +12,7 @@ final class DiagnosticTests: BatonTestCase {
         let operation = BlockOperation()
         let id = ObjectIdentifier(operation)
         let calls = Locked(0)
-        Diagnostics.handler = { diagnostic in if diagnostic.operationID == id { calls.increment() } }
+        Diagnostics.handler = { diagnostic in if diagnostic.operation.id == id { calls.increment() } }
         for _ in 0..<100_000 { Diagnostics.handler = Diagnostics.handler }
         Diagnostics.report(.finishedTwice, operation)
         XCTAssertEqual(calls.value, 1)
@@ -22,9 +22,9 @@ final class DiagnosticTests: BatonTestCase {
         let operation = BlockOperation()
         operation.name = "Fetch"
         let diagnostic = Diagnostic(kind: .startedTwice, operation: operation)
-        XCTAssertEqual(diagnostic.operationName, "Fetch")
-        XCTAssertEqual(diagnostic.operationID, ObjectIdentifier(operation))
+        XCTAssertEqual(diagnostic.operation.name, "Fetch")
+        XCTAssertTrue(diagnostic.operation.operation === operation)
         XCTAssertEqual(diagnostic.description, "Baton: Fetch: start() called twice; ignored")
-        XCTAssertEqual(Diagnostic(kind: .finishedTwice, operation: BlockOperation()).operationName, "BlockOperation")
+        XCTAssertEqual(Diagnostic(kind: .finishedTwice, operation: BlockOperation()).operation.name, "BlockOperation")
     }
 }

@@ -8,14 +8,14 @@ final class GroupOperationTests: BatonTestCase {
         let children = (0..<50).map { JitterOperation($0) }
         let blocks = (0..<10).map { _ in BlockOperation {} }
         let group = finished(GroupOperation(operations: children + blocks))
-        XCTAssertTrue(group.outcome?.isSucceeded == true)
+        XCTAssertTrue(group.outcome?.isSuccess == true)
         XCTAssertTrue(children.allSatisfy(\.isFinished))
         XCTAssertTrue(blocks.allSatisfy(\.isFinished))
         XCTAssertEqual(children.map { $0.executions.value }, Array(repeating: 1, count: 50))
     }
 
     func testAnEmptyGroupSucceedsAtOnce() {
-        XCTAssertTrue(finished(GroupOperation()).outcome?.isSucceeded == true)
+        XCTAssertTrue(finished(GroupOperation()).outcome?.isSuccess == true)
         XCTAssertEqual(finished(ResultGroupOperation<Int>()).output, [])
     }
 
@@ -38,7 +38,7 @@ final class GroupOperationTests: BatonTestCase {
         let group = GroupOperation(operations: waiting + [failing], failurePolicy: .cancelSiblingsOnFailure)
         finished(group)
         XCTAssertEqual(group.errors.count, 1)
-        XCTAssertTrue(waiting.allSatisfy { $0.result?.isCancelled == true })
+        XCTAssertTrue(waiting.allSatisfy { $0.outcome?.isCancelled == true })
         XCTAssertEqual(group.outcome?.error.map { "\($0)" }?.contains("TestError(code: 8)"), true)
     }
 
@@ -90,7 +90,7 @@ final class GroupOperationTests: BatonTestCase {
         }
         // A refused child is the caller's again, untouched: it still runs elsewhere.
         XCTAssertFalse(refused.isCancelled)
-        XCTAssertEqual(try refused.runAndWaitForOutput(timeout: testTimeout), 0)
+        XCTAssertEqual(try refused.run(timeout: .seconds(testTimeout)), 0)
     }
 
     func testBadChildrenAreReported() {
@@ -148,8 +148,8 @@ final class GroupOperationTests: BatonTestCase {
 
     func testATypedGroupWithAFailureFails() {
         let group = finished(ResultGroupOperation(operations: [JitterOperation(1), ImmediateOperation(.failure(TestError(code: 2)))]))
-        guard case .failed(BatonError.childrenFailed)? = group.result else {
-            return XCTFail("got \(String(describing: group.result))")
+        guard case .failed(BatonError.childrenFailed)? = group.outcome else {
+            return XCTFail("got \(String(describing: group.outcome))")
         }
     }
 

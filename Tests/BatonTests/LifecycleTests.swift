@@ -20,7 +20,7 @@ final class LifecycleTests: BatonTestCase {
         XCTAssertEqual(notifications.value, [.willChange("isFinished"), .didChange("isFinished")])
         XCTAssertEqual(operation.executions.value, 0)
         XCTAssertEqual(operation.cancellations.value, 0)
-        XCTAssertTrue(operation.result?.isCancelled == true)
+        XCTAssertTrue(operation.outcome?.isCancelled == true)
     }
 
     func testStartAnnouncesExecutingBeforeTheStartObserversAndEntersExecuteAfterThem() {
@@ -112,7 +112,7 @@ final class LifecycleTests: BatonTestCase {
         operation.cancel()
         operation.finish(with: 2)
         operation.start()
-        XCTAssertEqual(describeOutcome(operation.result), "succeeded(1)")
+        XCTAssertEqual(describeOutcome(operation.outcome), "succeeded(1)")
         XCTAssertFalse(operation.isCancelled)
         XCTAssertEqual(diagnostics.kinds(for: operation), [.finishedTwice, .startedTwice])
     }
@@ -122,9 +122,9 @@ final class LifecycleTests: BatonTestCase {
         let inner = GroupOperation(operations: [AsyncBlockOperation { $0.finish() }])
         let innerSequence = SequenceOperation<Void>(operations: [AsyncBlockOperation { $0.finish() }])
         let outer = GroupOperation(operations: [inner, innerSequence])
-        inner.onOutcome { _ in order.append("inner group") }
-        innerSequence.onOutcome { _ in order.append("inner sequence") }
-        outer.onOutcome { _ in order.append("outer") }
+        inner.onFinish { _ in order.append("inner group") }
+        innerSequence.onFinish { _ in order.append("inner sequence") }
+        outer.onFinish { _ in order.append("outer") }
         outer.cancel()
         outer.start()
         waitFinished(outer)
@@ -201,7 +201,7 @@ final class LifecycleTests: BatonTestCase {
         let operation = ImmediateOperation(.success(1))
         try operation.claim()
         operation.retire()
-        XCTAssertTrue(operation.result?.isCancelled == true)
+        XCTAssertTrue(operation.outcome?.isCancelled == true)
         XCTAssertEqual(operation.executions.value, 0)
     }
 

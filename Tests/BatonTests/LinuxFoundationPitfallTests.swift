@@ -44,7 +44,7 @@ final class LinuxFoundationPitfallTests: BatonTestCase {
         XCTAssertFalse(early.isFinished)
         queue.isSuspended = false
         drain(queue)
-        XCTAssertTrue(cancelled.result?.isCancelled == true)
+        XCTAssertTrue(cancelled.outcome?.isCancelled == true)
         XCTAssertEqual(early.output, 3)
         XCTAssertEqual(cancelled.executions.value + early.executions.value, 0)
     }
@@ -59,7 +59,7 @@ final class LinuxFoundationPitfallTests: BatonTestCase {
         cancelled.cancel()
         let handle = try queue.addChain([cancelled, TransformBlockOperation<Int, Int> { $0.finish(with: $0.input!) }])
         blocker.finish(with: 0)
-        XCTAssertTrue(try handle.wait(timeout: testTimeout).isCancelled)
+        XCTAssertTrue(try handle.waitToOutcome(timeout: testTimeout).isCancelled)
     }
 
     func testCompletionBlocksAreRestored() throws {
@@ -81,7 +81,7 @@ final class LinuxFoundationPitfallTests: BatonTestCase {
             ran.open()
         }
         let second = try OperationQueue().addChain([ResultBlockOperation<Int> { $0.finish(with: 1) }, block])
-        XCTAssertTrue(try second.wait(timeout: testTimeout).isSucceeded)
+        XCTAssertTrue(try second.waitToOutcome(timeout: testTimeout).isSuccess)
         ran.wait()
         XCTAssertEqual(runs.value, 1)
         block.completionBlock?()

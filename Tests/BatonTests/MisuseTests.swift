@@ -39,18 +39,18 @@ final class MisuseTests: BatonTestCase {
 
     func testAnOperationThatNeverFinishesIsReportedAndCancelledByItsTimeout() {
         let stuck = ManualOperation(name: "stuck", finishesOnCancel: true)
-        stuck.timeout = 0.05
+        stuck.timeout = .milliseconds(50)
         let done = Gate()
         stuck.whenFinished { done.open() }
         OperationQueue().addOperation(stuck)
         done.wait()
-        XCTAssertTrue(stuck.result?.isCancelled == true)
+        XCTAssertTrue(stuck.outcome?.isCancelled == true)
         XCTAssertEqual(diagnostics.kinds(for: stuck), [.timedOut])
     }
 
     func testATimeoutThatDoesNotRunOutChangesNothing() {
         let quick = ImmediateOperation(.success(4))
-        quick.timeout = 60
+        quick.timeout = .seconds(60)
         finished(quick)
         XCTAssertEqual(quick.output, 4)
         XCTAssertEqual(diagnostics.kinds(for: quick), [])

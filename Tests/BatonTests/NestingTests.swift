@@ -30,7 +30,7 @@ final class NestingTests: BatonTestCase {
         done.wait()
         inner.cancelled.wait()
         XCTAssertEqual(inner.cancellations.value, 1)
-        XCTAssertTrue(outer.result?.isCancelled == true)
+        XCTAssertTrue(outer.outcome?.isCancelled == true)
         XCTAssertTrue(parts.allSatisfy(\.isFinished))
         XCTAssertTrue((parts[3] as? AsyncOperation)?.outcome?.isCancelled == true, "the step after the group never runs")
     }

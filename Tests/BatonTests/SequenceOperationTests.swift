@@ -27,8 +27,8 @@ final class SequenceOperationTests: BatonTestCase {
         let sequence = finished(SequenceOperation<Int>(operations: steps))
         XCTAssertEqual(sequence.output, 20)
         XCTAssertFalse(overlap.value, "two children ran at once")
-        XCTAssertEqual(sequence.results.count, 21)
-        XCTAssertEqual(sequence.results.compactMap { $0.output as? Int }, Array(0...20))
+        XCTAssertEqual(sequence.childOutcomes.count, 21)
+        XCTAssertEqual(sequence.childOutcomes.compactMap { $0.output as? Int }, Array(0...20))
         XCTAssertEqual(sequence.progress.fractionCompleted, 1, accuracy: 1e-9)
     }
 
@@ -37,7 +37,7 @@ final class SequenceOperationTests: BatonTestCase {
         let sequence = finished(SequenceOperation<Int>(operations: [
             ResultBlockOperation<Int> { $0.finish(with: 0) }, AddOne(), Explosive(code: 6), later,
         ]))
-        XCTAssertEqual(sequence.result?.error as? TestError, TestError(code: 6))
+        XCTAssertEqual(sequence.outcome?.error as? TestError, TestError(code: 6))
         XCTAssertEqual(later.executions.value, 0)
         XCTAssertTrue(later.isFinished, "an unrun child is finished (cancelled), never left pending")
         XCTAssertTrue(later.isCancelled)
@@ -50,7 +50,7 @@ final class SequenceOperationTests: BatonTestCase {
         }
         let later = AddOne()
         let sequence = finished(SequenceOperation<Int>(operations: [stopper, later]))
-        XCTAssertTrue(sequence.result?.isCancelled == true)
+        XCTAssertTrue(sequence.outcome?.isCancelled == true)
         XCTAssertEqual(later.executions.value, 0)
     }
 
@@ -64,7 +64,7 @@ final class SequenceOperationTests: BatonTestCase {
         running.started.wait()
         sequence.cancel()
         done.wait()
-        XCTAssertTrue(sequence.result?.isCancelled == true)
+        XCTAssertTrue(sequence.outcome?.isCancelled == true)
         running.cancelled.wait()
         XCTAssertEqual(running.cancellations.value, 1)
         XCTAssertEqual(later.executions.value, 0)
@@ -72,7 +72,7 @@ final class SequenceOperationTests: BatonTestCase {
     }
 
     func testAnEmptySequenceSucceedsAtOnce() {
-        XCTAssertTrue(finished(SequenceOperation<Void>(operations: [])).result?.isSucceeded == true)
+        XCTAssertTrue(finished(SequenceOperation<Void>(operations: [])).outcome?.isSuccess == true)
     }
 
     func testTheGeneratorMakesEachStepFromThePreviousOne() {
@@ -93,8 +93,8 @@ final class SequenceOperationTests: BatonTestCase {
 
     func testAWrongOutputTypeIsAClearError() {
         let sequence = finished(SequenceOperation<String>(operations: [ResultBlockOperation<Int> { $0.finish(with: 1) }]))
-        guard case .failed(BatonError.outputTypeMismatch(_, "String", "Int"))? = sequence.result else {
-            return XCTFail("got \(String(describing: sequence.result))")
+        guard case .failed(BatonError.outputTypeMismatch(_, "String", "Int"))? = sequence.outcome else {
+            return XCTFail("got \(String(describing: sequence.outcome))")
         }
     }
 
@@ -143,7 +143,7 @@ final class SequenceOperationTests: BatonTestCase {
         waitFinished(first)
         sequence.cancel()
         done.wait()
-        XCTAssertTrue(sequence.result?.isCancelled == true)
+        XCTAssertTrue(sequence.outcome?.isCancelled == true)
         XCTAssertTrue(second.isFinished)
         XCTAssertEqual(second.executions.value, 0)
     }

@@ -26,7 +26,7 @@ private final class StressOperation: TransformOperation<Int, Int>, @unchecked Se
         liveOperations.enter()
         super.init()
         input = 0
-        onResult { [outcomes] _ in outcomes.increment() }
+        onFinish { [outcomes] _ in outcomes.increment() }
     }
 
     deinit { liveOperations.leave() }
@@ -70,7 +70,7 @@ final class StressTests: BatonTestCase {
         }
 
         var everything = [Operation]()
-        var handles = [ChainHandle<Any>]()
+        var handles = [ChainHandle<any Sendable>]()
         inScope {
             let queue = OperationQueue()
             queue.maxConcurrentOperationCount = Int.random(in: 1...8, using: &random)
@@ -113,17 +113,17 @@ final class StressTests: BatonTestCase {
         }
 
         for handle in handles {
-            XCTAssertNoThrow(try handle.wait(timeout: 60), context)
+            XCTAssertNoThrow(try handle.waitToOutcome(timeout: 60), context)
         }
         XCTAssertTrue(everything.allSatisfy(\.isFinished), "\(context): an operation never finished")
         let counts = operations.map { $0.outcomes.value }
         XCTAssertEqual(counts.filter { $0 != 1 }.count, 0, "\(context): outcomes delivered other than once")
         for operation in operations where operation.isCancelled {
-            XCTAssertTrue(operation.result?.isCancelled == true, "\(context): cancelled but \(String(describing: operation.result))")
+            XCTAssertTrue(operation.outcome?.isCancelled == true, "\(context): cancelled but \(String(describing: operation.outcome))")
         }
 
-        let outcomes = operations.compactMap(\.result)
-        XCTAssertGreaterThan(outcomes.filter(\.isSucceeded).count, 0, "\(context): the workload never succeeded")
+        let outcomes = operations.compactMap(\.outcome)
+        XCTAssertGreaterThan(outcomes.filter(\.isSuccess).count, 0, "\(context): the workload never succeeded")
         XCTAssertGreaterThan(outcomes.filter { $0.error != nil }.count, 0, "\(context): the workload never failed")
         XCTAssertGreaterThan(outcomes.filter(\.isCancelled).count, 0, "\(context): the workload never cancelled")
 

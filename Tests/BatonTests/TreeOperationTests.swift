@@ -23,7 +23,7 @@ final class TreeOperationTests: BatonTestCase {
                 if id == ingredient { operation.finish(throwing: TestError(code: 1)) } else { operation.finish(with: id) }
             }
         }
-        ingredient.onOutput { record.append($0) }
+        ingredient.onFinish { if let output = $0.output { record.append(output) } }
         root.addChild(recipe)
         recipe.addChild(ingredient)
         return root
@@ -32,7 +32,7 @@ final class TreeOperationTests: BatonTestCase {
     func testEveryNodeRunsAndOutputsFlowDown() {
         let record = Locked<[String]>([])
         let tree = finished(TreeOperation(root: cookbook(record: record), input: "stew"))
-        XCTAssertTrue(tree.outcome?.isSucceeded == true, "\(String(describing: tree.outcome))")
+        XCTAssertTrue(tree.outcome?.isSuccess == true, "\(String(describing: tree.outcome))")
         XCTAssertEqual(record.value.count, 6)
         XCTAssertTrue(record.value.contains("stew/recipe2/pepper"))
         XCTAssertEqual(tree.progress.totalUnitCount, 1 + 3 + 6)
@@ -79,8 +79,8 @@ final class TreeOperationTests: BatonTestCase {
         let leaf = TreeNode<Int, Int>("leaf", items: { value in [value, value + 1] }) { value in
             JitteredValue(value)
         }
-        leaf.onOutput { events.append("leaf \($0)") }
-        root.onSubtreeFinished { events.append("root subtree \($0)") }
+        leaf.onFinish { events.append("leaf \($0.output!)") }
+        root.onSubtreeFinish { events.append("root subtree \($0.output!)") }
         root.addChild(leaf)
         finished(TreeOperation(root: root, input: 10))
         XCTAssertEqual(events.value.count, 3)
@@ -117,9 +117,9 @@ final class TreeOperationTests: BatonTestCase {
                 if attempt < 3 { operation.finish(throwing: TestError(code: attempt)) } else { operation.finish(with: value) }
             }
         }
-        root.retry(attempts: 3)
+        root.retry(maximumAttempts: 3)
         let tree = finished(TreeOperation(root: root, input: 7))
-        XCTAssertTrue(tree.outcome?.isSucceeded == true, "\(String(describing: tree.outcome))")
+        XCTAssertTrue(tree.outcome?.isSuccess == true, "\(String(describing: tree.outcome))")
         XCTAssertEqual(made.value, 3)
     }
 
@@ -134,9 +134,9 @@ final class TreeOperationTests: BatonTestCase {
             level.addChild(next)
             level = next
         }
-        level.onOutput { _ in count.increment() }
+        level.onFinish { _ in count.increment() }
         let tree = finished(TreeOperation(root: root, input: 0))
-        XCTAssertTrue(tree.outcome?.isSucceeded == true)
+        XCTAssertTrue(tree.outcome?.isSuccess == true)
         XCTAssertEqual(count.value, 10_000)
         XCTAssertEqual(tree.progress.totalUnitCount, 11_110)
     }
@@ -144,14 +144,14 @@ final class TreeOperationTests: BatonTestCase {
 
 /// Succeeds with its value after a random short delay.
 final class JitteredValue<Value: Sendable>: ResultOperation<Value>, @unchecked Sendable {
-    let value: Value
-    init(_ value: Value) {
-        self.value = value
+    let payload: Value
+    init(_ payload: Value) {
+        self.payload = payload
         super.init()
     }
     override func execute() {
         DispatchQueue.global().asyncAfter(deadline: .now() + .microseconds(Int.random(in: 0...1_000))) {
-            self.finish(with: self.value)
+            self.finish(with: self.payload)
         }
     }
 }

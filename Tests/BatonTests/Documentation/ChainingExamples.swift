@@ -17,7 +17,7 @@ final class ChainingExamples: BatonTestCase {
             BlockOperation { print("plain Foundation operations take part too") },
             ResultBlockOperation<String> { $0.finish(with: "done") },
         ])
-        print(try handle.wait(timeout: 5))   // succeeded(done)
+        print(try handle.wait(timeout: .seconds(5)))   // done
         XCTAssertEqual(handle.outcome?.output as? String, "done")
         XCTAssertEqual((handle.operations[2] as? TransformBlockOperation<String, Int>)?.output, 3)
     }
@@ -33,7 +33,7 @@ final class ChainingExamples: BatonTestCase {
             ResultBlockOperation<Int> { $0.finish(with: 4) },
             TransformBlockOperation<String, String> { $0.finish(with: "rating: \($0.input!)") },
         ], adapter: stars)
-        print(try rating.wait(timeout: 5))   // succeeded(rating: ****)
+        print(try rating.wait(timeout: .seconds(5)))   // rating: ****
         XCTAssertEqual(rating.outcome?.output as? String, "rating: ****")
     }
 
@@ -64,7 +64,7 @@ final class ChainingExamples: BatonTestCase {
         let parse = TransformBlockOperation<String, Int> { $0.finish(with: $0.input!.count) }
         let save = TransformBlockOperation<Int, Bool> { $0.finish(with: $0.input! > 0) }
         let saved = try queue.addChain([fetch, parse, save])
-        print(try saved.wait(timeout: 5))   // succeeded(true)
+        print(try saved.wait(timeout: .seconds(5)))   // true
         XCTAssertEqual(saved.outcome?.output as? Bool, true)
     }
 }

@@ -100,7 +100,7 @@ final class CompositionExamples: BatonTestCase {
 
     func testARetry() {
         let attemptsMade = ResizedCount()
-        let upload = RetryOperation<String>(attempts: 4, delay: .exponential(initial: 0.01)) { attempt in
+        let upload = RetryOperation<String>(maximumAttempts: 4, delay: .exponential(initial: .milliseconds(10))) { attempt in
             attemptsMade.increment()
             return ResultBlockOperation<String> { operation in
                 if attempt < 3 { operation.finish(throwing: URLError(.timedOut)) } else { operation.finish(with: "uploaded") }

@@ -8,7 +8,7 @@ import Baton
 /// A stand-in for a client with an async API.
 struct WeatherClient: Sendable {
     func temperature(in city: String) async throws -> Double {
-        try await Task.sleep(nanoseconds: 1_000_000)
+        try await Task.sleep(for: .milliseconds(1))
         return city == "Oslo" ? -3 : 21
     }
 }
@@ -18,7 +18,7 @@ final class ConcurrencyExamples: BatonTestCase {
         let greeting = ResultBlockOperation<String> { operation in
             DispatchQueue.global().async { operation.finish(with: "hi") }
         }
-        let text = try greeting.runAndWaitForOutput(timeout: 5)
+        let text = try greeting.run(timeout: .seconds(5))
         print(text)   // hi
         XCTAssertEqual(text, "hi")
     }
@@ -28,7 +28,7 @@ final class ConcurrencyExamples: BatonTestCase {
         serial.maxConcurrentOperationCount = 1
         serial.addOperation {
             do {
-                try AsyncBlockOperation { $0.finish() }.runAndWait(on: serial, timeout: 5)
+                try AsyncBlockOperation { $0.finish() }.run(on: serial, timeout: .seconds(5))
             } catch {
                 print(error)   // waiting for AsyncBlockOperation would deadlock: called from the serial queue that must run it
             }
@@ -37,8 +37,7 @@ final class ConcurrencyExamples: BatonTestCase {
     }
 
     func testAwaiting() async throws {
-        let queue = OperationQueue()
-        let doubled = try await TransformBlockOperation<Int, Int>(transform: { $0 * 2 }).configured(input: 21).value(on: queue)
+        let doubled = try await TransformBlockOperation(input: 21) { $0 * 2 }.run()
         print(doubled)   // 42
         XCTAssertEqual(doubled, 42)
     }
@@ -47,15 +46,8 @@ final class ConcurrencyExamples: BatonTestCase {
         let client = WeatherClient()
         let oslo = AsyncTaskOperation { try await client.temperature(in: "Oslo") }
         let report = TransformBlockOperation<Double, String> { $0.finish(with: "Oslo: \($0.input!) °C") }
-        let handle = try OperationQueue().addChain([oslo, report])
-        print(try await handle.value())   // Oslo: -3.0 °C
-    }
-}
-
-extension TransformOperation {
-    /// Sets the input and returns the operation (a helper of the examples).
-    func configured(input: Input) -> Self {
-        self.input = input
-        return self
+        let forecast = try await OperationQueue().addChain(Chain(oslo).then(report)).value
+        print(forecast)   // Oslo: -3.0 °C
+        XCTAssertEqual(forecast, "Oslo: -3.0 °C")
     }
 }

@@ -25,13 +25,13 @@ final class GettingStartedExamples: BatonTestCase {
             operation.finish(throwing: OutOfCoffee())
         }
         brew.start()
-        switch brew.result {
+        switch brew.outcome {
         case .succeeded(let cups)?: print("\(cups) cups")
         case .failed(let error)?: print("failed: \(error)")   // failed: OutOfCoffee()
         case .cancelled?: print("cancelled")
         case nil: print("still running")
         }
-        XCTAssertTrue(brew.result?.error is OutOfCoffee)
+        XCTAssertTrue(brew.outcome?.error is OutOfCoffee)
     }
 
     func testChains() throws {
@@ -41,7 +41,7 @@ final class GettingStartedExamples: BatonTestCase {
             TransformBlockOperation<Int, Int> { $0.finish(with: $0.input! * 7) },
             TransformBlockOperation<Int, String> { $0.finish(with: "answer: \($0.input!)") },
         ])
-        print(try chain.wait(timeout: 5))   // succeeded(answer: 42)
+        print(try chain.wait(timeout: .seconds(5)))   // answer: 42
         XCTAssertEqual(chain.outcome?.output as? String, "answer: 42")
     }
 

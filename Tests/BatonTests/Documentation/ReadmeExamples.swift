@@ -14,7 +14,7 @@ final class Roll: ResultOperation<Int>, @unchecked Sendable {
 /// Squares its input.
 final class Square: TransformOperation<Int, Int>, @unchecked Sendable {
     override func execute() {
-        guard let number = input else { return finish(throwing: BatonError.missingInput(operation: "Square")) }
+        guard let number = input else { return finish(throwing: BatonError.missingInput(operation: OperationReference(self))) }
         finish(with: number * number)
     }
 }
@@ -29,17 +29,24 @@ final class Describe: TransformOperation<Int, String>, @unchecked Sendable {
 final class ReadmeExamples: BatonTestCase {
     func testTheFirstExamplePrintsWhatTheReadmeShows() throws {
         let queue = OperationQueue()
-        let chain = try queue.addChain([Roll(), Square(), Describe()])
-        print(try chain.wait(timeout: 5))
+        let chain = try queue.addChain(Chain(Roll()).then(Square()).then(Describe()))
+        let text = try chain.wait(timeout: .seconds(5))   // a String: the chain is typed
+        print(text)
+        print(chain.outcome!)
         print("\(chain.operations.count) operations, adapters included")
 
         struct DemoError: Error {}
-        let failing = try queue.addChain([ResultBlockOperation<Int> { $0.finish(throwing: DemoError()) }, Square(), Describe()])
-        print(try failing.wait(timeout: 5))
+        let failing = try queue.addChain(Chain(ResultBlockOperation<Int> { $0.finish(throwing: DemoError()) }).then(Square()))
+        do {
+            try failing.wait(timeout: .seconds(5))
+        } catch {
+            print("failed: \(error)")
+        }
 
         // The README's "Output" block, line by line.
-        XCTAssertEqual("\(try chain.wait(timeout: 5))", "succeeded(the square is 16)")
+        XCTAssertEqual(text, "the square is 16")
+        XCTAssertEqual("\(chain.outcome!)", "succeeded(the square is 16)")
         XCTAssertEqual("\(chain.operations.count) operations, adapters included", "5 operations, adapters included")
-        XCTAssertEqual("\(try failing.wait(timeout: 5))", "failed(DemoError())")
+        XCTAssertThrowsError(try failing.wait(timeout: .seconds(5))) { XCTAssertEqual("failed: \($0)", "failed: DemoError()") }
     }
 }

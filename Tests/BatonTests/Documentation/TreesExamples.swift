@@ -29,8 +29,8 @@ final class TreesExamples: BatonTestCase {
         }
         cookbook.addChild(recipe)
         recipe.addChild(ingredient)
-        ingredient.onOutput { print($0) }                            // FAMILY BREAD: FLOUR, ... (4 lines)
-        recipe.onSubtreeFinished { print("done:", $0) }             // once per recipe, after its ingredients
+        ingredient.onFinish { print($0.output!) }                   // FAMILY BREAD: FLOUR, ... (4 lines)
+        recipe.onSubtreeFinish { print("done:", $0) }              // once per recipe, after its ingredients
 
         let tree = TreeOperation(root: cookbook, input: "family")
         OperationQueue().addOperation(tree)
@@ -45,7 +45,7 @@ final class TreesExamples: BatonTestCase {
                 if index == 2 { operation.finish(throwing: URLError(.badServerResponse)) } else { operation.finish(with: index) }
             }
         }
-        root.retry(attempts: 2)
+        root.retry(maximumAttempts: 2)
         let tree = TreeOperation(root: root, input: 4)
         OperationQueue().addOperation(tree)
         tree.waitUntilFinished()

@@ -66,7 +66,7 @@ final class DiagnosticsRecorder: Sendable {
     func stop() { Diagnostics.handler = previous }
 
     func kinds(for operation: Operation) -> [Diagnostic.Kind] {
-        reports.value.filter { $0.operationID == ObjectIdentifier(operation) }.map(\.kind)
+        reports.value.filter { $0.operation.operation === operation }.map(\.kind)
     }
 }
 
@@ -141,19 +141,19 @@ func inScope<Result>(_ body: () throws -> Result) rethrows -> Result {
     try body()
 }
 
-/// An operation that finishes with `value` after a random short delay on another thread: children
+/// An operation that finishes with `number` after a random short delay on another thread: children
 /// of composites then finish in a random order.
 final class JitterOperation: ResultOperation<Int>, @unchecked Sendable {
-    let value: Int
+    let number: Int
     let executions = Locked(0)
-    init(_ value: Int) {
-        self.value = value
+    init(_ number: Int) {
+        self.number = number
         super.init()
     }
     override func execute() {
         executions.increment()
         DispatchQueue.global().asyncAfter(deadline: .now() + .microseconds(Int.random(in: 0...2_000))) {
-            self.finish(with: self.value)
+            self.finish(with: self.number)
         }
     }
 }

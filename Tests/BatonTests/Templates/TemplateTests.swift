@@ -19,7 +19,7 @@ final class TemplateTests: BatonTestCase {
         "transform": ("FetchRecipe", ["inputType": "RecipeID", "outputType": "Recipe"]),
         "group": ("ImportAll", [:]),
         "sequence": ("ImportSteps", ["outputType": "Recipe"]),
-        "test": ("FetchRecipeTests", ["operationName": "FetchRecipe", "moduleName": "App"]),
+        "test": ("FetchRecipeTests", ["operation.name": "FetchRecipe", "moduleName": "App"]),
     ]
 
     /// Every variant of every template: its golden file's name and the values it is rendered with.

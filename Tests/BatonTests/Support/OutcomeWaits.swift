@@ -1,0 +1,77 @@
+import Baton
+import Foundation
+
+// Most tests check an operation's outcome, not what a wait throws: these run or wait through the
+// public API (`run`, `wait`, `value`) and return the outcome once the operation has finished. A wait
+// that fails before the operation finishes (timed out, refused) rethrows. WaitingTests checks the
+// public waits themselves.
+
+extension OutcomeReporting where Self: AsyncOperation {
+    /// `run(on:timeout:)`, then the outcome.
+    @discardableResult
+    func runToOutcome(on queue: OperationQueue = OperationQueue(), timeout: Double = testTimeout) throws -> Outcome<Void> {
+        do { try run(on: queue, timeout: .seconds(timeout)) } catch { guard outcome != nil else { throw error } }
+        return outcome!
+    }
+
+    /// `wait(timeout:)`, then the outcome.
+    @discardableResult
+    func waitToOutcome(timeout: Double = testTimeout) throws -> Outcome<Void> {
+        do { try wait(timeout: .seconds(timeout)) } catch { guard outcome != nil else { throw error } }
+        return outcome!
+    }
+
+    /// `value`, then the outcome (`cancelled` when the awaiting task was cancelled first).
+    func awaitOutcome() async -> Outcome<Void> {
+        do { try await value } catch { return outcome ?? .cancelled }
+        return outcome ?? .cancelled
+    }
+}
+
+extension ResultOperation {
+    /// `run(on:timeout:)`, then the outcome.
+    @discardableResult
+    func runToOutcome(on queue: OperationQueue = OperationQueue(), timeout: Double = testTimeout) throws -> Outcome<Output> {
+        do { try run(on: queue, timeout: .seconds(timeout)) } catch { guard outcome != nil else { throw error } }
+        return outcome!
+    }
+
+    /// `wait(timeout:)`, then the outcome.
+    @discardableResult
+    func waitToOutcome(timeout: Double = testTimeout) throws -> Outcome<Output> {
+        do { try wait(timeout: .seconds(timeout)) } catch { guard outcome != nil else { throw error } }
+        return outcome!
+    }
+
+    /// `value`, then the outcome (`cancelled` when the awaiting task was cancelled first).
+    func awaitOutcome() async -> Outcome<Output> {
+        do { _ = try await value } catch { return outcome ?? .cancelled }
+        return outcome ?? .cancelled
+    }
+}
+
+extension ChainHandle {
+    /// `wait(timeout:)`, then the chain's outcome.
+    @discardableResult
+    func waitToOutcome(timeout: Double = testTimeout) throws -> Outcome<Output> {
+        do { try wait(timeout: .seconds(timeout)) } catch { guard outcome != nil else { throw error } }
+        return outcome!
+    }
+
+    /// `value`, then the chain's outcome.
+    func awaitOutcome() async -> Outcome<Output> {
+        do { _ = try await value } catch { return outcome ?? .cancelled }
+        return outcome ?? .cancelled
+    }
+}
+
+/// Lets a test match an error's culprit by its display name (`case .alreadyEnqueued("shared")`);
+/// tests of identity compare `culprit.operation` with `===`.
+func ~= (name: String, reference: OperationReference) -> Bool {
+    reference.name == name
+}
+
+/// Matches a path of culprits by their display names.
+func ~= (names: [String], references: [OperationReference]) -> Bool {
+    references.map(\.name) == names
+}
