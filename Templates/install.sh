@@ -8,11 +8,20 @@
 set -euo pipefail
 source_dir="$(cd "$(dirname "$0")" && pwd)"
 destination="$HOME/Library/Developer/Xcode/Templates/File Templates/Baton"
+usage() { sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
-        --destination) destination="${2:?--destination needs a folder}"; shift 2 ;;
-        -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
-        *) echo "install.sh: unknown argument $1" >&2; exit 2 ;;
+        --destination)
+            if [ $# -lt 2 ] || [ -z "$2" ] || [ "${2#-}" != "$2" ]; then
+                echo "install.sh: --destination needs a folder" >&2
+                usage >&2
+                exit 2
+            fi
+            destination="$2"
+            shift 2
+            ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "install.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
 done
 mkdir -p "$destination"

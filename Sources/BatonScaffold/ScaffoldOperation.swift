@@ -5,20 +5,25 @@ import PackagePlugin
 ///
 /// Writes `Sources/<Target>/Name.swift` (or `Tests/<Target>/Name.swift` for `--kind test`) in the
 /// package that runs it, rendered from the same templates Xcode uses (`Templates/` in Baton).
+/// `swift package scaffold-operation --help` works without the permission flag.
 @main
 struct ScaffoldOperation: CommandPlugin {
     static let usage = """
         usage: swift package --allow-writing-to-package-directory scaffold-operation [options] <Name>
 
-          --kind async|result|transform|group|sequence|test   what to make (default: async)
+          --kind async|result|transform|group|sequence|test|xctest
+                                    what to make (default: async); test is a Swift Testing suite,
+                                    xctest an XCTestCase
           --input <Type>            the input type (transform)
           --output <Type>           the output type (result, transform, sequence)
           --policy <policy>         skipOnFailureOrCancellation | skipOnCancellation | runRegardless
           --failure-policy <policy> continueOnFailure | cancelSiblingsOnFailure (group)
-          --operation <Name>        the operation to test (test)
+          --operation <Name>        the operation to test (test, xctest; default: the name without
+                                    Tests, so FetchRecipeTests tests FetchRecipe)
           --module <Module>         the module that defines it (test; default: the target's name without Tests)
           --target <Target>         where to write (default: the package's only source, or test, target)
           --overwrite               replace an existing file
+          --help                    this text (no permission flag needed)
         """
 
     func performCommand(context: PluginContext, arguments: [String]) async throws {
@@ -53,6 +58,7 @@ struct ScaffoldOperation: CommandPlugin {
         if template.isTest && values["moduleName"] == nil, target.name.hasSuffix("Tests") {
             values["moduleName"] = String(target.name.dropLast("Tests".count))
         }
+        values = try TemplateCatalog.completing(values, for: template, name: name)
         // A template without an option for a value it was given says so (for example --input on async).
         let text = try TemplateCatalog.render(template, name: name, values: values)
 
@@ -60,7 +66,13 @@ struct ScaffoldOperation: CommandPlugin {
         if FileManager.default.fileExists(atPath: file.path) && !overwrite {
             throw ScaffoldError.fileExists(file.path)
         }
-        try text.write(to: file, atomically: true, encoding: .utf8)
+        do {
+            try text.write(to: file, atomically: true, encoding: .utf8)
+        } catch {
+            // The sandbox (macOS) keeps the package directory read-only unless the flag is given.
+            throw ScaffoldError.usage(
+                "could not write \(file.path) (\(error.localizedDescription)); run it as swift package --allow-writing-to-package-directory scaffold-operation ...")
+        }
         print("scaffold-operation: wrote \(file.path)")
     }
 

@@ -15,6 +15,7 @@ enum TemplateCatalog {
         ("group", "Baton Group Operation.xctemplate", false),
         ("sequence", "Baton Sequence Operation.xctemplate", false),
         ("test", "Baton Operation Tests.xctemplate", true),
+        ("xctest", "Baton Operation XCTests.xctemplate", true),
     ]
 
     static let templateFile = "___FILEBASENAME___.swift"
@@ -58,6 +59,18 @@ enum TemplateCatalog {
             )
         }
         return Template(kind: kind, folder: folder, text: text, options: options, isTest: entry.isTest)
+    }
+
+    /// The values the command line leaves out that follow from the file's name: a test of
+    /// `FetchRecipe` is named `FetchRecipeTests`, so `--operation` may be left out. A test whose name
+    /// does not end in `Tests` needs `--operation` (Xcode's default, `MyOperation`, would not compile).
+    static func completing(_ values: [String: String], for template: Template, name: String) throws -> [String: String] {
+        guard template.isTest, values["operationName"] == nil else { return values }
+        guard name.hasSuffix("Tests"), name.count > "Tests".count else {
+            throw ScaffoldError.usage(
+                "which operation does \(name) test? Pass --operation <Name>, or name the test after it (FetchRecipeTests tests FetchRecipe)")
+        }
+        return values.merging(["operationName": String(name.dropLast("Tests".count))]) { $1 }
     }
 
     /// Renders `template` for a file named `name`, with `values` for its options (defaults fill the rest).
@@ -107,12 +120,89 @@ enum TemplateCatalog {
         return head.contains(first) && name.unicodeScalars.allSatisfy(tail.contains)
     }
 
-    /// Whether `type` looks like a Swift type: identifiers joined by `.`, with `<…>`, `[…]`, `?`, `,`.
+    /// Whether `type` is a Swift type as a template can use one: a name (`Recipe`, `Recipe.ID`), with
+    /// generic arguments (`Result<Int, Error>`), an array or dictionary (`[Int]`, `[String: Int]`), a
+    /// tuple (`(Int, String)`), each optionally followed by `?`. Brackets must balance and nothing may
+    /// be left over, so `Int>` or `[Int` is refused.
     static func isTypeName(_ type: String) -> Bool {
-        let allowed = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "_.<>[]?:, "))
-        let words = type.split(whereSeparator: { !($0.isLetter || $0.isNumber || $0 == "_") })
-        return !type.isEmpty && type.unicodeScalars.allSatisfy(allowed.contains)
-            && !type.contains("___") && words.allSatisfy { isIdentifier(String($0)) || $0 == "Any" }
+        guard !type.contains("___") else { return false }
+        var parser = TypeParser(type)
+        return parser.parseType() && parser.isAtEnd
+    }
+
+    /// A recursive-descent reader of the type grammar `isTypeName` accepts.
+    private struct TypeParser {
+        private let scalars: [Unicode.Scalar]
+        private var index = 0
+        private var depth = 0
+
+        init(_ text: String) {
+            scalars = Array(text.unicodeScalars)
+        }
+
+        var isAtEnd: Bool {
+            mutating get {
+                skipSpaces()
+                return index == scalars.count
+            }
+        }
+
+        /// type := (name generic? | '[' type (':' type)? ']' | '(' (type (',' type)*)? ')') '?'*
+        mutating func parseType() -> Bool {
+            depth += 1
+            defer { depth -= 1 }
+            guard depth < 32 else { return false }
+            skipSpaces()
+            if take("[") {
+                guard parseType() else { return false }
+                if take(":") && !parseType() { return false }
+                guard take("]") else { return false }
+            } else if take("(") {
+                if !take(")") {
+                    repeat {
+                        guard parseType() else { return false }
+                    } while take(",")
+                    guard take(")") else { return false }
+                }
+            } else {
+                guard parseName() else { return false }
+                if take("<") {
+                    repeat {
+                        guard parseType() else { return false }
+                    } while take(",")
+                    guard take(">") else { return false }
+                }
+            }
+            while take("?") {}
+            return true
+        }
+
+        /// name := identifier ('.' identifier)*
+        private mutating func parseName() -> Bool {
+            repeat {
+                skipSpaces()
+                let start = index
+                while index < scalars.count, Self.identifierScalars.contains(scalars[index]) { index += 1 }
+                var word = String.UnicodeScalarView()
+                word.append(contentsOf: scalars[start..<index])
+                let name = String(word)
+                guard TemplateCatalog.isIdentifier(name) || name == "Any" else { return false }
+            } while take(".")
+            return true
+        }
+
+        private static let identifierScalars = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "_"))
+
+        private mutating func take(_ symbol: Unicode.Scalar) -> Bool {
+            skipSpaces()
+            guard index < scalars.count, scalars[index] == symbol else { return false }
+            index += 1
+            return true
+        }
+
+        private mutating func skipSpaces() {
+            while index < scalars.count, scalars[index] == " " { index += 1 }
+        }
     }
 }
 

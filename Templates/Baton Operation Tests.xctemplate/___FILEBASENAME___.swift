@@ -1,24 +1,24 @@
 //___FILEHEADER___
 
 import Baton
-import XCTest
+import Testing
 @testable import ___VARIABLE_moduleName___
 
 /// Tests of `___VARIABLE_operationName___`.
-final class ___FILEBASENAMEASIDENTIFIER___: XCTestCase {
+@Suite struct ___FILEBASENAMEASIDENTIFIER___ {
     /// The operation succeeds. Red until its work is written: then check its output here.
-    func testItSucceeds() throws {
+    @Test func itSucceeds() throws {
         let operation = ___VARIABLE_operationName___()
         // TODO: Give the operation its input, if it takes one.
-        let outcome = try operation.runAndWait(timeout: 10)
-        XCTAssertTrue(outcome.isSucceeded, "\(outcome)")
+        try operation.run(timeout: .seconds(10))
+        #expect(operation.outcome?.isSuccess == true)
     }
 
     /// Cancelled before it starts, the operation finishes cancelled without doing its work.
-    func testCancellationBeforeStartEndsItCancelled() throws {
+    @Test func cancellationBeforeStartEndsItCancelled() {
         let operation = ___VARIABLE_operationName___()
         operation.cancel()
-        let outcome = try operation.runAndWait(timeout: 10)
-        XCTAssertTrue(outcome.isCancelled, "\(outcome)")
+        #expect(throws: CancellationError.self) { try operation.run(timeout: .seconds(10)) }
+        #expect(operation.outcome?.isCancelled == true)
     }
 }

@@ -247,7 +247,7 @@ final class ReliabilityTests: BatonTestCase {
         let operation = EnqueueSignallingOperation()
         let firstDone = Gate()
         DispatchQueue.global().async {
-            XCTAssertEqual(describe(try? operation.runToOutcome(on: held, timeout: testTimeout)), "succeeded(())")
+            XCTAssertEqual(describe(try? operation.runToOutcome(on: held, timeout: testTimeout)), "succeeded(1)")
             firstDone.open()
         }
         operation.enqueued.wait()   // the first call has claimed it and is adding it to its queue
@@ -284,7 +284,7 @@ final class ReliabilityTests: BatonTestCase {
         let operation = EnqueueSignallingOperation()
         let done = Gate()
         DispatchQueue.global().async {
-            XCTAssertEqual(describe(try? operation.runToOutcome(on: queue, timeout: testTimeout)), "succeeded(())")
+            XCTAssertEqual(describe(try? operation.runToOutcome(on: queue, timeout: testTimeout)), "succeeded(1)")
             done.open()
         }
         operation.enqueued.wait()
@@ -533,7 +533,7 @@ final class ReliabilityTests: BatonTestCase {
         }
         let child = ImmediateOperation(.success(1))
         inScope { _ = GroupOperation(operations: [child]) }
-        XCTAssertEqual(describe(try child.runToOutcome(timeout: testTimeout)), "succeeded(())")
+        XCTAssertEqual(describe(try child.runToOutcome(timeout: testTimeout)), "succeeded(1)")
     }
 
     func testWaitingForAnotherOperationInsideDidCancelWorks() {

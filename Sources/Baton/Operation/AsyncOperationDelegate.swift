@@ -6,7 +6,7 @@
 ///
 /// ```swift
 /// final class Importer: AsyncOperationDelegate {
-///     func operation(_ operation: AsyncOperation, didSucceedWith output: (any Sendable)?) { print("imported \(output ?? "")") }
+///     func operation(_ operation: AsyncOperation, didSucceedWith output: Any?) { print("imported \(output ?? "")") }
 ///     func operation(_ operation: AsyncOperation, didFailWith error: any Error) { print("failed: \(error)") }
 /// }
 /// ```
@@ -21,7 +21,7 @@ public protocol AsyncOperationDelegate: AnyObject, Sendable {
     /// - Parameters:
     ///   - operation: The operation.
     ///   - output: Its output, or `nil` for an ``AsyncOperation`` without an output.
-    func operation(_ operation: AsyncOperation, didSucceedWith output: (any Sendable)?)
+    func operation(_ operation: AsyncOperation, didSucceedWith output: Any?)
 
     /// The operation failed with `error`.
     ///
@@ -40,7 +40,7 @@ extension AsyncOperationDelegate {
     /// Does nothing.
     public func operationDidStart(_ operation: AsyncOperation) {}
     /// Does nothing.
-    public func operation(_ operation: AsyncOperation, didSucceedWith output: (any Sendable)?) {}
+    public func operation(_ operation: AsyncOperation, didSucceedWith output: Any?) {}
     /// Does nothing.
     public func operation(_ operation: AsyncOperation, didFailWith error: any Error) {}
     /// Does nothing.

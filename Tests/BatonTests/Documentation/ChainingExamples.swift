@@ -51,10 +51,10 @@ final class ChainingExamples: BatonTestCase {
         do {
             try OperationQueue().addChain([twice, twice])
         } catch {
-            print(error)   // ResultBlockOperation<Int> appears more than once in the chain
+            print(error)   // ResultBlockOperation<Int> appears more than once in the chain or composite
         }
         XCTAssertThrowsError(try OperationQueue().addChain([twice, twice])) { error in
-            XCTAssertEqual("\(error)", "ResultBlockOperation<Int> appears more than once in the chain")
+            XCTAssertEqual("\(error)", "ResultBlockOperation<Int> appears more than once in the chain or composite")
         }
     }
 

@@ -19,7 +19,8 @@ final class TemplateTests: BatonTestCase {
         "transform": ("FetchRecipe", ["inputType": "RecipeID", "outputType": "Recipe"]),
         "group": ("ImportAll", [:]),
         "sequence": ("ImportSteps", ["outputType": "Recipe"]),
-        "test": ("FetchRecipeTests", ["operation.name": "FetchRecipe", "moduleName": "App"]),
+        "test": ("FetchRecipeTests", ["operationName": "FetchRecipe", "moduleName": "App"]),
+        "xctest": ("FetchRecipeXCTests", ["operationName": "FetchRecipe", "moduleName": "App"]),
     ]
 
     /// Every variant of every template: its golden file's name and the values it is rendered with.
@@ -43,7 +44,7 @@ final class TemplateTests: BatonTestCase {
     func testEveryTemplateWithEveryOptionValueMatchesItsGoldenFile() throws {
         let update = ProcessInfo.processInfo.environment["BATON_UPDATE_GOLDEN"] == "1"
         let all = try variants()
-        XCTAssertEqual(all.count, 3 + 3 + 3 + 2 + 1 + 1, "async, result and transform have three policies, groups two")
+        XCTAssertEqual(all.count, 3 + 3 + 3 + 2 + 1 + 1 + 1, "async, result and transform have three policies, groups two")
         for variant in all {
             let rendered = try TemplateCatalog.render(variant.template, name: variant.name, values: variant.values)
             let file = golden.appendingPathComponent(variant.file)
@@ -63,7 +64,8 @@ final class TemplateTests: BatonTestCase {
         for variant in try variants() {
             let rendered = try TemplateCatalog.render(variant.template, name: variant.name, values: variant.values)
             XCTAssertNil(rendered.range(of: "___"), "\(variant.file) keeps a macro")
-            XCTAssertTrue(rendered.contains("class \(variant.name)"), "\(variant.file) does not declare its class")
+            XCTAssertTrue(rendered.contains("class \(variant.name)") || rendered.contains("struct \(variant.name)"),
+                          "\(variant.file) does not declare its type")
             XCTAssertTrue(rendered.contains("/// "), "\(variant.file) has no doc comment")
         }
         for kind in TemplateCatalog.kinds {
@@ -103,6 +105,61 @@ final class TemplateTests: BatonTestCase {
         }
         XCTAssertEqual(try TemplateCatalog.render(transform, name: "Fetch", values: ["inputType": "[Recipe.ID]", "outputType": "Result<Int, Error>?"])
             .contains("TransformOperation<[Recipe.ID], Result<Int, Error>?>"), true)
+    }
+
+    func testTypeArgumentsMustBeWholeTypes() {
+        for good in ["Int", "Recipe.ID", "[Int]", "[String: [Int]]", "Result<Int, Error>?", "(Int, String)", "()", "Int??", "Any"] {
+            XCTAssertTrue(TemplateCatalog.isTypeName(good), good)
+        }
+        for bad in ["Int>", "[Int", "Int]", "Result<Int,>", "Array<>", "<Int>", "Int.", ".Int", "[:]", "Int Int", "", "Int; rm -rf", "class", "(Int", "Int<String"] {
+            XCTAssertFalse(TemplateCatalog.isTypeName(bad), bad)
+        }
+        let result = try? TemplateCatalog.template(kind: "result", in: templates)
+        XCTAssertThrowsError(try TemplateCatalog.render(XCTUnwrap(result), name: "Count", values: ["outputType": "Int>"])) { error in
+            XCTAssertTrue("\(error)".contains("'Int>' is not a valid outputType"), "\(error)")
+        }
+    }
+
+    func testATestWithoutAnOperationTestsTheOneItIsNamedAfter() throws {
+        for kind in ["test", "xctest"] {
+            let template = try TemplateCatalog.template(kind: kind, in: templates)
+            let values = try TemplateCatalog.completing(["moduleName": "App"], for: template, name: "FetchRecipeTests")
+            XCTAssertEqual(values["operationName"], "FetchRecipe", kind)
+            XCTAssertTrue(try TemplateCatalog.render(template, name: "FetchRecipeTests", values: values).contains("let operation = FetchRecipe()"), kind)
+            XCTAssertEqual(try TemplateCatalog.completing(["operationName": "Other"], for: template, name: "FetchRecipeTests")["operationName"], "Other")
+            for unnamed in ["Checks", "Tests"] {
+                XCTAssertThrowsError(try TemplateCatalog.completing([:], for: template, name: unnamed)) { error in
+                    XCTAssertTrue("\(error)".contains("Pass --operation <Name>"), "\(error)")
+                }
+            }
+        }
+        let async = try TemplateCatalog.template(kind: "async", in: templates)
+        XCTAssertEqual(try TemplateCatalog.completing([:], for: async, name: "LoadTests"), [:], "only test templates take an operation")
+    }
+
+    func testTheTestTemplateUsesSwiftTestingAndTheXCTestOneXCTest() throws {
+        let modern = try TemplateCatalog.template(kind: "test", in: templates).text
+        XCTAssertTrue(modern.contains("import Testing") && modern.contains("@Test") && !modern.contains("XCTest"))
+        let classic = try TemplateCatalog.template(kind: "xctest", in: templates).text
+        XCTAssertTrue(classic.contains("import XCTest") && classic.contains("XCTestCase"))
+    }
+
+    func testTheInstallScriptGivesUsageForAMissingDestination() throws {
+        for arguments in [["--destination"], ["--destination", ""], ["--destination", "--help"]] {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/bin/bash")
+            process.arguments = [templates.appendingPathComponent("install.sh").path] + arguments
+            let errors = Pipe()
+            process.standardError = errors
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            let text = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            XCTAssertEqual(process.terminationStatus, 2, "\(arguments)")
+            XCTAssertTrue(text.contains("--destination needs a folder"), text)
+            XCTAssertTrue(text.contains("Templates/install.sh --destination DIR"), "usage follows: \(text)")
+            XCTAssertFalse(text.contains("parameter null or not set"), "no raw bash error: \(text)")
+        }
     }
 
     func testTheInstallScriptCopiesEveryTemplate() throws {
