@@ -32,11 +32,13 @@ final class AsyncOperationObserverTests: BatonTestCase {
         }
         operation.delegate = delegate
         operation.onStart { events.append("onStart") }
-        operation.onFinish { [unowned operation] outcome in
-            events.append("onOutcome \(outcome) finished=\(operation.isFinished)")
+        // Seen as a plain AsyncOperation, the same callback gets the outcome without the output.
+        let plain: AsyncOperation = operation
+        plain.onFinish { [unowned operation] outcome in
+            events.append("untyped onFinish \(outcome) finished=\(operation.isFinished)")
         }
-        operation.onFinish { [unowned operation] result in
-            events.append("onResult \(result) finished=\(operation.isFinished)")
+        operation.onFinish { [unowned operation] outcome in
+            events.append("typed onFinish \(outcome) finished=\(operation.isFinished)")
         }
         let queue = OperationQueue()
         queue.addOperation(operation)
@@ -47,8 +49,8 @@ final class AsyncOperationObserverTests: BatonTestCase {
             "onStart",
             "execute",
             "delegate success 5 finished=false",
-            "onOutcome succeeded(()) finished=false",
-            "onResult succeeded(5) finished=false",
+            "untyped onFinish succeeded(()) finished=false",
+            "typed onFinish succeeded(5) finished=false",
         ])
     }
 

@@ -163,4 +163,18 @@ final class Explosive: TransformOperation<Int, Int>, @unchecked Sendable {
         super.init()
     }
     override func execute() { finish(throwing: TestError(code: code)) }
+
+    func testAnEmptySequenceWithAnOutputSaysWhatToDo() {
+        // What the sequence template scaffolds before its steps are filled in.
+        final class ImportSteps: SequenceOperation<Int>, @unchecked Sendable {
+            init() { super.init(operations: []) }
+        }
+        let sequence = ImportSteps()
+        guard case .failed(BatonError.emptySequence(let culprit))? = finished(sequence).outcome else {
+            return XCTFail(String(describing: sequence.outcome))
+        }
+        XCTAssertTrue(culprit.operation === sequence)
+        let message = "\(BatonError.emptySequence(operation: culprit))"
+        XCTAssertTrue(message.contains("init(operations:)") && !message.contains("finish(with:)"), message)
+    }
 }
