@@ -140,6 +140,24 @@ final class TreeOperationTests: BatonTestCase {
         XCTAssertEqual(count.value, 10_000)
         XCTAssertEqual(tree.progress.totalUnitCount, 11_110)
     }
+
+    func testNodeCallbacksSeeEveryOutcomeFailuresIncluded() {
+        let finishes = Locked<[String]>([])
+        let subtrees = Locked<[String]>([])
+        let root = TreeNode<Int, Int>("item", items: { Array(0..<$0) }) { index in
+            ResultBlockOperation { operation in
+                if index == 1 { operation.finish(throwing: TestError(code: 1)) } else { operation.finish(with: index) }
+            }
+        }
+        let leaf = TreeNode<Int, Int>("leaf") { value in ResultBlockOperation { $0.finish(with: value * 10) } }
+        root.addChild(leaf)
+        root.onFinish { outcome in finishes.append(outcome.isSuccess ? "ok \(outcome.output!)" : "failed") }
+        root.onSubtreeFinish { outcome in subtrees.append(outcome.isSuccess ? "subtree \(outcome.output!)" : "subtree failed") }
+        let tree = finished(TreeOperation(root: root, input: 3))
+        XCTAssertTrue(tree.outcome?.isFailure == true)
+        XCTAssertEqual(finishes.value.sorted(), ["failed", "ok 0", "ok 2"])
+        XCTAssertEqual(subtrees.value.sorted(), ["subtree 0", "subtree 2", "subtree failed"])
+    }
 }
 
 /// Succeeds with its value after a random short delay.

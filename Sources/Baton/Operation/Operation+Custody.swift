@@ -164,7 +164,7 @@ extension OperationQueue {
                 case .enqueue: enqueued.append(baton)
                 // A plain call: the start of a cancelled operation only retires and finishes, and what
                 // that recurses into goes through the trampoline. A caller that waits for the
-                // operation (runAndWait, value(on:)) finds it finished when this returns.
+                // operation (a blocking or async run) finds it finished when this returns.
                 case .startHere: baton.start()
                 case .none: break
                 }
