@@ -69,7 +69,8 @@ final class CulpritTests: BatonTestCase {
             freed = operation
             XCTAssertTrue(try operation.runToOutcome().error.flatMap { ($0 as? BatonError)?.culprit?.operation } === operation)
         }
-        XCTAssertNil(freed, "an outcome that names its own operation makes no cycle")
+        // The queue lets go of a finished operation on its own thread, just after the wait returns.
+        XCTAssertTrue(eventually { freed == nil }, "an outcome that names its own operation makes no cycle")
     }
 
     func testTheCycleErrorNamesEveryOperationOnIt() {

@@ -857,15 +857,6 @@ private func describe<Output>(_ outcome: Outcome<Output>?) -> String {
 
 /// Whether `condition` becomes true within `timeout` seconds, checked as other threads make progress
 /// (for releases that happen on another thread just after the event a test can wait on).
-private func eventually(timeout: Double = testTimeout, _ condition: () -> Bool) -> Bool {
-    let deadline = DispatchTime.now() + timeout
-    let tick = DispatchSemaphore(value: 0)
-    while !condition() {
-        guard DispatchTime.now() < deadline else { return false }
-        _ = tick.wait(timeout: .now() + .milliseconds(1))
-    }
-    return true
-}
 
 /// A queue running `running`, with a barrier added after it: the barrier is pending until `running`
 /// finishes, and everything added to the queue meanwhile depends on it.

@@ -175,3 +175,15 @@ extension Operation {
         observeCompletion(body)
     }
 }
+
+/// Polls `condition` until it holds or `timeout` runs out (for a release that a queue finishes on
+/// its own thread just after the operation has finished).
+func eventually(timeout: Double = testTimeout, _ condition: () -> Bool) -> Bool {
+    let deadline = DispatchTime.now() + timeout
+    let tick = DispatchSemaphore(value: 0)
+    while !condition() {
+        guard DispatchTime.now() < deadline else { return false }
+        _ = tick.wait(timeout: .now() + .milliseconds(1))
+    }
+    return true
+}
