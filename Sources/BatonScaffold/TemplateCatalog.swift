@@ -112,18 +112,20 @@ enum TemplateCatalog {
         "super", "throws", "true", "try", "some", "any",
     ]
 
-    /// Whether `name` can name a Swift type: a letter or `_`, then letters, digits or `_`; no keyword.
+    /// Whether `name` can name a Swift type: a letter or `_`, then letters, digits or `_`; no keyword,
+    /// not `_` alone.
     static func isIdentifier(_ name: String) -> Bool {
-        guard let first = name.unicodeScalars.first, !keywords.contains(name) else { return false }
-        let head = CharacterSet.letters.union(CharacterSet(charactersIn: "_"))
+        guard let first = name.unicodeScalars.first, !keywords.contains(name), name != "_" else { return false }
+        let head = CharacterSet.letters.subtracting(.nonBaseCharacters).union(CharacterSet(charactersIn: "_"))
         let tail = head.union(.decimalDigits)
         return head.contains(first) && name.unicodeScalars.allSatisfy(tail.contains)
     }
 
     /// Whether `type` is a Swift type as a template can use one: a name (`Recipe`, `Recipe.ID`), with
-    /// generic arguments (`Result<Int, Error>`), an array or dictionary (`[Int]`, `[String: Int]`), a
-    /// tuple (`(Int, String)`), each optionally followed by `?`. Brackets must balance and nothing may
-    /// be left over, so `Int>` or `[Int` is refused.
+    /// generic arguments (`Result<Int, any Error>`), an array or dictionary (`[Int]`, `[String: Int]`),
+    /// a tuple (`(Int, String)`, `(name: String, age: Int)`), an existential (`any Sendable`), each
+    /// optionally followed by `?`. Brackets must balance and nothing may be left over, so `Int>` or
+    /// `[Int` is refused; `Any` is refused too, since outputs must be `Sendable`.
     static func isTypeName(_ type: String) -> Bool {
         guard !type.contains("___") else { return false }
         var parser = TypeParser(type)
@@ -160,11 +162,13 @@ enum TemplateCatalog {
             } else if take("(") {
                 if !take(")") {
                     repeat {
+                        skipLabel()
                         guard parseType() else { return false }
                     } while take(",")
                     guard take(")") else { return false }
                 }
             } else {
+                if takeWord("any") || takeWord("some") { skipSpaces() }
                 guard parseName() else { return false }
                 if take("<") {
                     repeat {
@@ -173,29 +177,55 @@ enum TemplateCatalog {
                     guard take(">") else { return false }
                 }
             }
-            while take("?") {}
+            // `?` follows its type directly (`Int ?` does not compile).
+            while index < scalars.count, scalars[index] == "?" { index += 1 }
             return true
         }
 
-        /// name := identifier ('.' identifier)*
+        /// Skips a tuple element's `label:`, if there is one.
+        private mutating func skipLabel() {
+            let start = index
+            skipSpaces()
+            let wordStart = index
+            while index < scalars.count, Self.identifierScalars.contains(scalars[index]) { index += 1 }
+            if index > wordStart, take(":") { return }
+            index = start
+        }
+
+        /// Takes `word` followed by a space (a keyword such as `any`), or nothing.
+        private mutating func takeWord(_ word: String) -> Bool {
+            skipSpaces()
+            let wanted = Array(word.unicodeScalars)
+            guard index + wanted.count < scalars.count, Array(scalars[index..<index + wanted.count]) == wanted,
+                  scalars[index + wanted.count] == " " else { return false }
+            index += wanted.count
+            return true
+        }
+
+        /// name := identifier ('.' identifier)*, with no space around the dots.
         private mutating func parseName() -> Bool {
-            repeat {
-                skipSpaces()
+            skipSpaces()
+            while true {
                 let start = index
                 while index < scalars.count, Self.identifierScalars.contains(scalars[index]) { index += 1 }
                 var word = String.UnicodeScalarView()
                 word.append(contentsOf: scalars[start..<index])
-                let name = String(word)
-                guard TemplateCatalog.isIdentifier(name) || name == "Any" else { return false }
-            } while take(".")
-            return true
+                guard TemplateCatalog.isIdentifier(String(word)) else { return false }
+                guard index < scalars.count, scalars[index] == "." else { return true }
+                index += 1
+            }
         }
 
         private static let identifierScalars = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "_"))
 
+        /// Takes `symbol`, spaces before it included; leaves the position alone when it is not next.
         private mutating func take(_ symbol: Unicode.Scalar) -> Bool {
+            let start = index
             skipSpaces()
-            guard index < scalars.count, scalars[index] == symbol else { return false }
+            guard index < scalars.count, scalars[index] == symbol else {
+                index = start
+                return false
+            }
             index += 1
             return true
         }

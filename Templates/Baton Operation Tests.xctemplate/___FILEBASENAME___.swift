@@ -6,19 +6,22 @@ import Testing
 
 /// Tests of `___VARIABLE_operationName___`.
 @Suite struct ___FILEBASENAMEASIDENTIFIER___ {
+    // The tests are `async` and await the operation: Swift Testing runs tests in parallel on the
+    // shared concurrency pool, which a blocking wait would starve.
+
     /// The operation succeeds. Red until its work is written: then check its output here.
-    @Test func itSucceeds() throws {
+    @Test(.timeLimit(.minutes(1))) func itSucceeds() async throws {
         let operation = ___VARIABLE_operationName___()
         // TODO: Give the operation its input, if it takes one.
-        try operation.run(timeout: .seconds(10))
+        try await operation.run()
         #expect(operation.outcome?.isSuccess == true)
     }
 
     /// Cancelled before it starts, the operation finishes cancelled without doing its work.
-    @Test func cancellationBeforeStartEndsItCancelled() {
+    @Test(.timeLimit(.minutes(1))) func cancellationBeforeStartEndsItCancelled() async {
         let operation = ___VARIABLE_operationName___()
         operation.cancel()
-        #expect(throws: CancellationError.self) { try operation.run(timeout: .seconds(10)) }
+        await #expect(throws: CancellationError.self) { try await operation.run() }
         #expect(operation.outcome?.isCancelled == true)
     }
 }

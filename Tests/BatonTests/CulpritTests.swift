@@ -45,7 +45,30 @@ final class CulpritTests: BatonTestCase {
             XCTAssertTrue("\(error)".contains("job"), "the description names it: \(error)")
         }
         XCTAssertNil(BatonError.dependencyCycle(path: [reference, reference]).culprit)
-        XCTAssertNil(BatonError.treeNodeFailed(path: ["root[0]"], underlying: TestError(code: 1)).culprit)
+        XCTAssertNil(BatonError.treeNodeFailed(path: ["root[0]"], operation: nil, underlying: TestError(code: 1)).culprit)
+    }
+
+    func testReferencesToFreedOperationsStayDistinct() {
+        // Freed objects' addresses are reused at once: identity alone would merge these.
+        var references = Set<OperationReference>()
+        for index in 0..<100 {
+            inScope { _ = references.insert(OperationReference(ImmediateOperation(.success(index)))) }
+        }
+        XCTAssertEqual(references.count, 100)
+    }
+
+    func testATreeFailureNamesTheOperationThatFailed() {
+        let failing = Locked<Operation?>(nil)
+        let root = TreeNode<Int, Int>("item", items: { Array(0..<$0) }) { index in
+            let operation = ResultBlockOperation<Int> { $0.finish(throwing: TestError(code: index)) }
+            if index == 1 { failing.mutate { $0 = operation } }
+            return operation
+        }
+        let tree = TreeOperation(root: root, input: 2)
+        _ = try? tree.runToOutcome()
+        guard case .failed(BatonError.treeFailed(let failures))? = tree.outcome else { return XCTFail("\(String(describing: tree.outcome))") }
+        let second = failures.first { if case .treeNodeFailed(["item[1]"], _, _) = $0 { return true } else { return false } }
+        XCTAssertTrue(second?.culprit?.operation === failing.value)
     }
 
     func testAReferenceDoesNotKeepItsOperationAlive() {

@@ -476,16 +476,15 @@ final class OperationQueueChainingTests: BatonTestCase {
         XCTAssertEqual(again.output as? Int, 2)
     }
 
-    func testCancellingTheAwaitingTaskCancelsTheChain() async throws {
+    func testCancellingTheTaskThatRunsAChainCancelsTheChain() async throws {
         let queue = OperationQueue()
         let running = ManualOperation(name: "running", finishesOnCancel: true)
         let after = Increment()
-        let handle = try queue.addChain([running, after])
-        let task = Task { await handle.awaitOutcome().isCancelled }
+        let task = Task { try await Chain(running).then(after).run(on: queue) }
         await running.started.waitAsync()
         task.cancel()
-        let cancelled = await task.value
-        XCTAssertTrue(cancelled)
+        let result = await task.result
+        XCTAssertThrowsError(try result.get()) { XCTAssertTrue($0 is CancellationError, "\($0)") }
         await running.cancelled.waitAsync()
         XCTAssertEqual(running.cancellations.value, 1)
         XCTAssertEqual(after.executions.value, 0)

@@ -67,6 +67,9 @@ final class RetryOperationTests: BatonTestCase {
         XCTAssertEqual((2...6).map { exponential.delay(beforeAttempt: $0) }, [.milliseconds(500), .seconds(1), .seconds(2), .seconds(3), .seconds(3)])
         let huge = RetryDelay.exponential(initial: .seconds(1), multiplier: 1e300, maximum: .seconds(Int64.max))
         XCTAssertEqual(huge.delay(beforeAttempt: 10), .seconds(Int64.max), "no overflow: capped at the maximum")
+        let nan = RetryDelay.exponential(initial: .zero, multiplier: .infinity, maximum: .seconds(2))
+        XCTAssertEqual(nan.delay(beforeAttempt: 3), .seconds(2), "0 × ∞ is not a number: the maximum, not a trap")
+        XCTAssertEqual(RetryDelay.exponential(initial: .seconds(1), multiplier: 1).delay(beforeAttempt: 200_000_000), .seconds(1))
     }
 
     func testAWaitBetweenAttemptsIsUsed() {

@@ -42,7 +42,7 @@ final class TreeOperationTests: BatonTestCase {
     func testAFailureDeepInTheTreeIsReportedWithItsPath() {
         let record = Locked<[String]>([])
         let tree = finished(TreeOperation(root: cookbook(failing: "stew/recipe2/pepper", record: record), input: "stew"))
-        guard case .failed(BatonError.treeNodeFailed(let path, let underlying))? = tree.outcome else {
+        guard case .failed(BatonError.treeNodeFailed(let path, _, let underlying))? = tree.outcome else {
             return XCTFail("got \(String(describing: tree.outcome))")
         }
         XCTAssertEqual(path, ["cookbook[0]", "recipe[1]", "ingredient[1]"])
@@ -57,7 +57,7 @@ final class TreeOperationTests: BatonTestCase {
         }
         root.addChild(broken)
         let tree = finished(TreeOperation(root: root, input: 1))
-        guard case .failed(BatonError.treeNodeFailed(["root[0]", "broken"], _))? = tree.outcome else {
+        guard case .failed(BatonError.treeNodeFailed(["root[0]", "broken"], nil, _))? = tree.outcome else {
             return XCTFail("got \(String(describing: tree.outcome))")
         }
     }

@@ -124,7 +124,42 @@ final class WaitingTests: BatonTestCase {
         task.cancel()
         let result = await task.result
         XCTAssertThrowsError(try result.get()) { XCTAssertTrue($0 is CancellationError, "\($0)") }
-        XCTAssertTrue(never.isCancelled, "the awaiting task's cancellation cancels the operation")
+        XCTAssertFalse(never.isCancelled, "the operation is someone else's: only the wait ends")
+    }
+
+    func testCancellingOneAwaiterLeavesTheOthersAndTheOperationAlone() async throws {
+        let operation = ManualOperation()
+        let first = Task { try await operation.value }
+        let second = Task { try await operation.value }
+        first.cancel()
+        let firstResult = await first.result
+        XCTAssertThrowsError(try firstResult.get()) { XCTAssertTrue($0 is CancellationError, "\($0)") }
+        OperationQueue().addOperation(operation)
+        await operation.started.waitAsync()
+        operation.finish(with: 7)
+        let seven = try await second.value
+        XCTAssertEqual(seven, 7)
+        XCTAssertTrue(operation.outcome?.isSuccess == true)
+    }
+
+    func testAnAsyncRunCancelsItsOperationWithItsTask() async {
+        let operation = ManualOperation(finishesOnCancel: true)
+        let task = Task { try await operation.run() }
+        await operation.started.waitAsync()
+        task.cancel()
+        let result = await task.result
+        XCTAssertThrowsError(try result.get()) { XCTAssertTrue($0 is CancellationError, "\($0)") }
+        await operation.cancelled.waitAsync()
+        XCTAssertTrue(operation.isCancelled, "run owns the operation")
+    }
+
+    func testANegativeWaitTimeoutIsRefused() {
+        for wait in [{ try JitterOperation(1).run(timeout: .seconds(-1)) }, { try JitterOperation(1).wait(timeout: .milliseconds(-5)) }] {
+            XCTAssertThrowsError(try wait()) { error in
+                guard case BatonError.invalidArgument(_, let reason)? = error as? BatonError else { return XCTFail("\(error)") }
+                XCTAssertTrue(reason.contains("negative"), reason)
+            }
+        }
     }
 
     func testValueOfAPlainOperation() async throws {
@@ -164,6 +199,49 @@ final class WaitingTests: BatonTestCase {
         }
         waitFinished(stuck)
         XCTAssertTrue(stuck.outcome?.isCancelled == true)
+    }
+
+    func testAwaitingAChainEndsWhenTheTaskIsCancelledEvenIfAnOperationIgnoresIt() async {
+        // An operation that ignores cancellation: only the wait can end.
+        let stubborn = ManualOperation(name: "stubborn")
+        let handle = try? OperationQueue().addChain(Chain(stubborn).map { $0 + 1 })
+        let waiting = Task { try await handle?.value }
+        await stubborn.started.waitAsync()
+        waiting.cancel()
+        let result = await waiting.result
+        XCTAssertThrowsError(try result.get()) { XCTAssertTrue($0 is CancellationError, "\($0)") }
+        XCTAssertFalse(stubborn.isCancelled, "a handle's value leaves the chain running")
+
+        let owned = ManualOperation(name: "owned")
+        let running = Task { try await Chain(owned).map { $0 + 1 }.run() }
+        await owned.started.waitAsync()
+        running.cancel()
+        let ran = await running.result
+        XCTAssertThrowsError(try ran.get()) { XCTAssertTrue($0 is CancellationError, "\($0)") }
+        await owned.cancelled.waitAsync()
+        XCTAssertTrue(owned.isCancelled, "Chain.run owns its chain")
+        stubborn.finish(with: 0)
+        owned.finish(with: 0)
+    }
+
+    func testABlockingChainRunOnItsOwnSerialQueueIsRefused() {
+        let serial = OperationQueue()
+        serial.maxConcurrentOperationCount = 1
+        let verdict = Locked<String>("not run")
+        let done = Gate()
+        serial.addOperation {
+            do {
+                try Chain(JitterOperation(1)).run(on: serial, timeout: .seconds(5))
+                verdict.mutate { $0 = "waited" }
+            } catch BatonError.wouldDeadlock(_, let reason) {
+                verdict.mutate { $0 = reason }
+            } catch {
+                verdict.mutate { $0 = "\(error)" }
+            }
+            done.open()
+        }
+        done.wait()
+        XCTAssertEqual(verdict.value, "called from the serial queue that must run it")
     }
 
     func testATypedChainHandleNeedsNoCast() throws {

@@ -61,6 +61,9 @@ public struct Chain<Output: Sendable> {
     @available(*, noasync, message: "use 'try await run(on:)' in async code")
     @discardableResult
     public func run(on queue: OperationQueue = OperationQueue(), timeout: Duration) throws -> Output {
+        if let reason = queue.deadlockReasonForBlockingWait, let first = operations.first {
+            throw BatonError.wouldDeadlock(operation: first.reference, reason: reason)
+        }
         let handle = try queue.addChain(self)
         do {
             return try handle.wait(timeout: timeout)
@@ -79,6 +82,6 @@ public struct Chain<Output: Sendable> {
     ///   error, or `CancellationError` if it was cancelled.
     @discardableResult
     public func run(on queue: OperationQueue = OperationQueue()) async throws -> Output {
-        try await queue.addChain(self).value
+        try await queue.addChain(self).waitSuspending(cancellingOnTaskCancellation: true).get()
     }
 }

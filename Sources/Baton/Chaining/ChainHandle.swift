@@ -39,7 +39,6 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
         var firstFailure: (any Error)?
         var outcome: Outcome<Output>?
         var callbacks: [@Sendable (Outcome<Output>) -> Void] = []
-        var waiters: [CheckedContinuation<UncheckedSendable<Outcome<Output>>, Never>] = []
     }
 
     /// Builds the chain's operations, adapters between neighbours; nothing is wired or enqueued yet.
@@ -159,32 +158,50 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
     @available(*, noasync, message: "use 'try await value' in async code")
     @discardableResult
     public func wait(timeout: Duration) throws -> Output {
-        guard finished.wait(timeout: timeout.deadlineFromNow) == .success, let outcome = self.outcome else {
-            let pending = operations.first { !($0 is AdapterOperation) && !$0.isFinished } ?? operations.last
-            throw BatonError.timedOut(operation: (pending ?? Operation()).reference, after: timeout)
+        if outcome == nil, let reason = queue.deadlockReasonForBlockingWait {
+            throw BatonError.wouldDeadlock(operation: pendingOperation.reference, reason: reason)
+        }
+        if timeout < .zero {
+            throw BatonError.invalidArgument(
+                operation: pendingOperation.reference, reason: "a wait's timeout must not be negative, got \(timeout)")
+        }
+        _ = finished.wait(timeout: timeout.deadlineFromNow)
+        guard let outcome = self.outcome else {
+            throw BatonError.timedOut(operation: pendingOperation.reference, after: timeout)
         }
         return try outcome.get()
     }
 
+    /// The first operation that has not finished (the last one when all have): what a wait names.
+    /// Scans the chain, but only when a wait fails.
+    private var pendingOperation: Operation {
+        operations.first { !($0 is AdapterOperation) && !$0.isFinished } ?? operations.last ?? BlockOperation()
+    }
+
     /// The chain's output, once it has finished (as `await task.value`). Cancelling the awaiting task
-    /// cancels the chain.
+    /// ends this wait at once with `CancellationError` and leaves the chain running (call
+    /// ``cancel()`` to stop it; ``Chain/run(on:)`` cancels the chain with its task).
     ///
-    /// - Throws: The chain's first error, or `CancellationError` when the chain (or the task) was
-    ///   cancelled.
+    /// - Throws: The chain's first error, or `CancellationError` when the chain (or the awaiting task)
+    ///   was cancelled.
     public var value: Output {
         get async throws {
-            try await withTaskCancellationHandler {
-                await withCheckedContinuation { continuation in
-                    let ready: Outcome<Output>? = state.withLock { state in
-                        if let outcome = state.outcome { return outcome }
-                        state.waiters.append(continuation)
-                        return nil
-                    }
-                    if let ready { continuation.resume(returning: UncheckedSendable(value: ready)) }
-                }.value
-            } onCancel: {
-                self.cancel()
-            }.get()
+            try await waitSuspending(cancellingOnTaskCancellation: false).get()
+        }
+    }
+
+    /// Suspends until the chain finishes, or at once with ``Outcome/cancelled`` when the awaiting
+    /// task is cancelled (which cancels the chain too when `cancels`).
+    func waitSuspending(cancellingOnTaskCancellation cancels: Bool) async -> Outcome<Output> {
+        let waiter = OutcomeWaiter<Outcome<Output>>()
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                waiter.install(continuation)
+                onFinish { waiter.resume(with: $0) }
+            }
+        } onCancel: {
+            if cancels { self.cancel() }
+            waiter.resume(with: .cancelled)
         }
     }
 
@@ -261,22 +278,17 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
             guard state.outcome == nil else { return nil }
             let outcome = state.firstFailure.map { Outcome<Output>.failed($0) } ?? lastOutcome
             state.outcome = outcome
-            defer {
-                state.callbacks = []
-                state.waiters = []
-            }
-            return Finishing(outcome: outcome, callbacks: state.callbacks, waiters: state.waiters)
+            defer { state.callbacks = [] }
+            return Finishing(outcome: outcome, callbacks: state.callbacks)
         }
         guard let finishing else { return }
         // Callbacks first: whoever waits sees them done.
         for callback in finishing.callbacks { callback(finishing.outcome) }
         finished.leave()
-        for waiter in finishing.waiters { waiter.resume(returning: UncheckedSendable(value: finishing.outcome)) }
     }
 
     private struct Finishing {
         let outcome: Outcome<Output>
         let callbacks: [@Sendable (Outcome<Output>) -> Void]
-        let waiters: [CheckedContinuation<UncheckedSendable<Outcome<Output>>, Never>]
     }
 }

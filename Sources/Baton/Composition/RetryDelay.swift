@@ -1,3 +1,5 @@
+import Foundation
+
 /// How long a ``RetryOperation`` waits before the next attempt.
 ///
 /// ```swift
@@ -24,15 +26,12 @@ public enum RetryDelay: Sendable, Hashable {
         case .fixed(let duration):
             return max(.zero, duration)
         case .exponential(let initial, let multiplier, let maximum):
-            // In seconds as a Double, so that no product can overflow `Duration`.
+            // In seconds as a Double, so that no product can overflow `Duration`; anything not finite
+            // (an infinite multiplier, 0 × ∞) is the maximum.
             let ceiling = max(.zero, maximum)
-            var wait = max(0, initial.seconds)
-            var remaining = max(0, attempt - 2)
-            while remaining > 0 && wait < ceiling.seconds {
-                wait *= max(1, multiplier.isNaN ? 1 : multiplier)
-                remaining -= 1
-            }
-            return wait >= ceiling.seconds ? ceiling : .seconds(wait)
+            let factor = multiplier.isNaN ? 1 : max(1, multiplier)
+            let wait = max(0, initial.seconds) * Foundation.pow(factor, Double(max(0, attempt - 2)))
+            return wait.isFinite && wait < ceiling.seconds ? .seconds(wait) : ceiling
         }
     }
 }

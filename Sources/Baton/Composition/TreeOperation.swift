@@ -12,7 +12,7 @@ import Foundation
 ///   parent operation has succeeded, siblings run in parallel (level by level down each branch).
 /// - Nothing fails silently: a node whose operation failed, whose item mapping threw, or whose operation
 ///   was cancelled on its own is recorded with its path (`["recipe[2]", "image[0]"]`). The tree goes on
-///   with the other branches and then fails with ``BatonError/treeNodeFailed(path:underlying:)`` (one
+///   with the other branches and then fails with ``BatonError/treeNodeFailed(path:operation:underlying:)`` (one
 ///   failure) or ``BatonError/treeFailed(failures:)`` (several).
 /// - Cancelling the tree cancels every operation in flight and every item mapping that is running
 ///   (its task is cancelled), and skips what is not launched yet.
@@ -52,7 +52,7 @@ public final class TreeOperation<Input: Sendable>: AsyncOperation, ProgressRepor
     /// made from one consistent count.
     public var progress: Progress { run.progress }
 
-    /// The failures recorded so far, each a ``BatonError/treeNodeFailed(path:underlying:)``.
+    /// The failures recorded so far, each a ``BatonError/treeNodeFailed(path:operation:underlying:)``.
     public var failures: [BatonError] { run.failures }
 
     /// Launches the root.

@@ -96,8 +96,9 @@ final class TreeRun: @unchecked Sendable {
         for callback in finished { callback() }
     }
 
-    func record(path: [String], error: any Error) {
-        state.withLock { $0.failures.append(.treeNodeFailed(path: path, underlying: error)) }
+    func record(path: [String], operation: Operation? = nil, error: any Error) {
+        let failure = BatonError.treeNodeFailed(path: path, operation: operation?.reference, underlying: error)
+        state.withLock { $0.failures.append(failure) }
     }
 
     /// Runs `operation` in a new scope below `parent`; on success `succeeded` launches the children.
@@ -112,7 +113,7 @@ final class TreeRun: @unchecked Sendable {
         do {
             try operation.claim()
         } catch {
-            return record(path: path, error: error)
+            return record(path: path, operation: operation, error: error)
         }
         let box = Mutex<Outcome<Output>?>(nil)
         let scope = open(parent: parent) {
@@ -135,9 +136,9 @@ final class TreeRun: @unchecked Sendable {
             case .succeeded:
                 break
             case .failed(let error):
-                record(path: path, error: error)
+                record(path: path, operation: operation, error: error)
             case .cancelled:
-                if !isCancelled { record(path: path, error: CancellationError()) }
+                if !isCancelled { record(path: path, operation: operation, error: CancellationError()) }
             }
             release(scope)
         }

@@ -6,46 +6,64 @@ extension AsyncOperation {
     /// Claims the operation, adds it to `queue`, and blocks until it finishes or `timeout` runs out
     /// (then cancels it: it is the caller's).
     func runBlocking(on queue: OperationQueue, timeout: Duration) throws(BatonError) -> Outcome<(any Sendable)?> {
-        if queue === OperationQueue.main && Thread.isMainThread {
-            throw .wouldDeadlock(operation: reference, reason: "the main thread would wait for the main queue")
+        if let reason = queue.deadlockReasonForBlockingWait {
+            throw .wouldDeadlock(operation: reference, reason: reason)
         }
-        if queue === OperationQueue.current && queue.maxConcurrentOperationCount == 1 {
-            throw .wouldDeadlock(operation: reference, reason: "called from the serial queue that must run it")
-        }
+        try check(timeout)
         if let outcome = storedOutcome { return outcome }
-        try claim()
+        do {
+            try claim()
+        } catch {
+            // Finished meanwhile: a finished operation returns its outcome.
+            if let outcome = storedOutcome { return outcome }
+            throw error
+        }
         let done = DispatchSemaphore(value: 0)
         whenFinished { done.signal() }
         queue.launch(self)
-        guard done.wait(timeout: timeout.deadlineFromNow) == .success, let outcome = storedOutcome else {
-            cancel()
-            throw .timedOut(operation: reference, after: timeout)
-        }
-        return outcome
+        _ = done.wait(timeout: timeout.deadlineFromNow)
+        // Finished in time (perhaps right at the deadline), or cancelled now: it is the caller's.
+        if let outcome = storedOutcome { return outcome }
+        cancel()
+        throw .timedOut(operation: reference, after: timeout)
     }
 
     /// Blocks until someone else's run of the operation finishes, or `timeout` runs out.
     func waitBlocking(timeout: Duration) throws(BatonError) -> Outcome<(any Sendable)?> {
+        try check(timeout)
         let done = DispatchSemaphore(value: 0)
         whenFinished { done.signal() }
-        guard done.wait(timeout: timeout.deadlineFromNow) == .success, let outcome = storedOutcome else {
-            throw .timedOut(operation: reference, after: timeout)
-        }
+        _ = done.wait(timeout: timeout.deadlineFromNow)
+        guard let outcome = storedOutcome else { throw .timedOut(operation: reference, after: timeout) }
         return outcome
     }
 
-    /// Claims the operation, adds it to `queue`, and suspends until it finishes.
-    func runSuspending(on queue: OperationQueue) async throws(BatonError) -> Outcome<(any Sendable)?> {
-        if let outcome = storedOutcome { return outcome }
-        try claim()
-        queue.launch(self)
-        return await waitSuspending()
+    /// A wait's own timeout must not be negative (as ``timeout`` must not).
+    private func check(_ timeout: Duration) throws(BatonError) {
+        if timeout < .zero {
+            throw .invalidArgument(operation: reference, reason: "a wait's timeout must not be negative, got \(timeout)")
+        }
     }
 
-    /// Suspends until the operation has finished. Cancelling the awaiting task cancels the operation
-    /// and ends the wait at once with ``Outcome/cancelled``, whether or not anyone ever runs it.
-    func waitSuspending() async -> Outcome<(any Sendable)?> {
-        let waiter = OutcomeWaiter()
+    /// Claims the operation, adds it to `queue`, and suspends until it finishes. Cancelling the
+    /// awaiting task cancels the operation (it is the caller's).
+    func runSuspending(on queue: OperationQueue) async throws(BatonError) -> Outcome<(any Sendable)?> {
+        if let outcome = storedOutcome { return outcome }
+        do {
+            try claim()
+        } catch {
+            if let outcome = storedOutcome { return outcome }
+            throw error
+        }
+        queue.launch(self)
+        return await waitSuspending(cancellingOnTaskCancellation: true)
+    }
+
+    /// Suspends until the operation has finished. Cancelling the awaiting task ends the wait at once
+    /// with ``Outcome/cancelled``, whether or not anyone ever runs the operation; it cancels the
+    /// operation too when the caller runs it (`run`), not when someone else does (`value`).
+    func waitSuspending(cancellingOnTaskCancellation cancels: Bool) async -> Outcome<(any Sendable)?> {
+        let waiter = OutcomeWaiter<Outcome<(any Sendable)?>>()
         return await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 waiter.install(continuation)
@@ -53,42 +71,55 @@ extension AsyncOperation {
             }
         } onCancel: {
             // The operation first, so that the awaiting task resumes with it already cancelled.
-            self.cancel()
+            if cancels { self.cancel() }
             waiter.resume(with: .cancelled)
         }
     }
 }
 
-/// One await of an operation's outcome, resumed exactly once: by the operation's finish, or by the
-/// cancellation of the awaiting task, whichever comes first.
-final class OutcomeWaiter: Sendable {
+extension OperationQueue {
+    /// Why blocking the current thread until work on this queue finishes would deadlock, or `nil`.
+    var deadlockReasonForBlockingWait: String? {
+        if self === OperationQueue.main && Thread.isMainThread {
+            return "the main thread would wait for the main queue"
+        }
+        if self === OperationQueue.current && maxConcurrentOperationCount == 1 {
+            return "called from the serial queue that must run it"
+        }
+        return nil
+    }
+}
+
+/// One await of an outcome, resumed exactly once: by the work's end, or by the cancellation of the
+/// awaiting task, whichever comes first.
+final class OutcomeWaiter<Value: Sendable>: Sendable {
     private enum State {
         case idle
-        case waiting(CheckedContinuation<Outcome<(any Sendable)?>, Never>)
+        case waiting(CheckedContinuation<Value, Never>)
         case resumed
         /// Resumed before the continuation was installed (the task was cancelled first).
-        case decided(Outcome<(any Sendable)?>)
+        case decided(Value)
     }
 
     private let state = Mutex(State.idle)
 
-    func install(_ continuation: CheckedContinuation<Outcome<(any Sendable)?>, Never>) {
-        let decided: Outcome<(any Sendable)?>? = state.withLock { state in
-            guard case .decided(let outcome) = state else {
+    func install(_ continuation: CheckedContinuation<Value, Never>) {
+        let decided: Value? = state.withLock { state in
+            guard case .decided(let value) = state else {
                 state = .waiting(continuation)
                 return nil
             }
             state = .resumed
-            return outcome
+            return value
         }
         if let decided { continuation.resume(returning: decided) }
     }
 
-    func resume(with outcome: Outcome<(any Sendable)?>) {
-        let continuation: CheckedContinuation<Outcome<(any Sendable)?>, Never>? = state.withLock { state in
+    func resume(with value: Value) {
+        let continuation: CheckedContinuation<Value, Never>? = state.withLock { state in
             switch state {
             case .idle:
-                state = .decided(outcome)
+                state = .decided(value)
                 return nil
             case .waiting(let continuation):
                 state = .resumed
@@ -97,6 +128,6 @@ final class OutcomeWaiter: Sendable {
                 return nil
             }
         }
-        continuation?.resume(returning: outcome)
+        continuation?.resume(returning: value)
     }
 }

@@ -11,18 +11,16 @@ import Foundation
 ///
 /// ```swift
 /// final class Pause: AsyncOperation, @unchecked Sendable {
-///     let seconds: Double
-///     init(seconds: Double) { self.seconds = seconds }
+///     let milliseconds: Int
+///     init(milliseconds: Int) { self.milliseconds = milliseconds }
 ///
 ///     override func execute() {
-///         DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { self.finish() }
+///         DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(milliseconds)) { self.finish() }
 ///     }
 /// }
 ///
-/// let queue = OperationQueue()
-/// let pause = Pause(seconds: 0.1)
-/// queue.addOperation(pause)
-/// pause.waitUntilFinished()
+/// let pause = Pause(milliseconds: 100)
+/// try pause.run(timeout: .seconds(5))
 /// print(pause.outcome!)   // succeeded(())
 /// ```
 ///
@@ -38,6 +36,14 @@ import Foundation
 /// ``Outcome/cancelled`` whatever `finish` carries.
 open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     let core = Mutex(State())
+    /// A number no other Baton operation of this process has: what tells references apart once
+    /// operations are freed and their addresses reused.
+    let serialNumber = AsyncOperation.serialNumbers.withLock { last in
+        last += 1
+        return last
+    }
+
+    private static let serialNumbers = Mutex<UInt64>(0)
 
     /// Creates a pending operation.
     public override init() {

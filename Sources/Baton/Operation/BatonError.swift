@@ -33,10 +33,12 @@ public enum BatonError: Error, Sendable {
     case timedOut(operation: OperationReference, after: Duration)
     /// Children of a group failed; the errors are in the order the children finished.
     case childrenFailed(group: OperationReference, errors: [any Error])
-    /// A node of an operation tree failed; `path` leads from the root to it (`node[index]` steps), which
-    /// names the operation unambiguously within its tree.
-    case treeNodeFailed(path: [String], underlying: any Error)
-    /// Several nodes of an operation tree failed; each failure is a ``treeNodeFailed(path:underlying:)``.
+    /// A node of an operation tree failed; `path` leads from the root to it (`node[index]` steps), and
+    /// `operation` is the operation that failed (`nil` when the node's item mapping failed, before
+    /// any operation existed).
+    case treeNodeFailed(path: [String], operation: OperationReference?, underlying: any Error)
+    /// Several nodes of an operation tree failed; each failure is a
+    /// ``treeNodeFailed(path:operation:underlying:)``.
     case treeFailed(failures: [BatonError])
     /// A tree node on an edge that closes a cycle was freed before its tree ran (the tree holds such
     /// nodes weakly); keep the cycle's root alive until the tree is made.
@@ -48,7 +50,8 @@ public enum BatonError: Error, Sendable {
     /// Waiting here would block the thread that must run the operation.
     case wouldDeadlock(operation: OperationReference, reason: String)
 
-    /// The one operation the error names, or `nil` for the cases that name a path or several.
+    /// The one operation the error names, or `nil` for the cases that name a cycle, several failures,
+    /// or a tree node without an operation.
     public var culprit: OperationReference? {
         switch self {
         case .dependencyFailed(let operation, _), .inputTypeMismatch(let operation, _, _),
@@ -59,7 +62,9 @@ public enum BatonError: Error, Sendable {
              .outputTypeMismatch(let operation, _, _), .invalidArgument(let operation, _),
              .wouldDeadlock(let operation, _):
             return operation
-        case .dependencyCycle, .treeNodeFailed, .treeFailed, .treeNodeFreed:
+        case .treeNodeFailed(_, let operation, _):
+            return operation
+        case .dependencyCycle, .treeFailed, .treeNodeFreed:
             return nil
         }
     }
@@ -95,7 +100,7 @@ extension BatonError: CustomStringConvertible {
             return "timed out after \(duration) waiting for \(operation)"
         case .childrenFailed(let group, let errors):
             return "\(errors.count) child operation(s) of \(group) failed: \(errors.map { "\($0)" }.joined(separator: "; "))"
-        case .treeNodeFailed(let path, let underlying):
+        case .treeNodeFailed(let path, _, let underlying):
             return "tree node \(path.joined(separator: " / ")) failed: \(underlying)"
         case .treeFailed(let failures):
             return "\(failures.count) tree node(s) failed: \(failures.map(\.description).joined(separator: "; "))"

@@ -19,9 +19,11 @@ import Foundation
 public struct OperationReference: Sendable, Hashable, CustomStringConvertible {
     /// The operation's `name`, or its type when it has none.
     public let name: String
-    /// The operation's identity. Unique among live objects: equal references name the same operation
-    /// while it lives (Swift may reuse an identity once an object is freed).
+    /// The operation's identity while it lives, for lookups keyed by `ObjectIdentifier`. Swift may
+    /// give a freed object's identity to a new one; equality does not rely on it alone.
     public let id: ObjectIdentifier
+    /// A number no other Baton operation of the process has (0 for a Foundation operation).
+    private let serialNumber: UInt64
     private let box: WeakOperation
 
     /// Creates a reference to `operation`, named as it is named now.
@@ -30,6 +32,7 @@ public struct OperationReference: Sendable, Hashable, CustomStringConvertible {
     public init(_ operation: Operation) {
         name = operation.batonName
         id = ObjectIdentifier(operation)
+        serialNumber = (operation as? AsyncOperation)?.serialNumber ?? 0
         box = WeakOperation(operation)
     }
 
@@ -39,13 +42,16 @@ public struct OperationReference: Sendable, Hashable, CustomStringConvertible {
     /// The display name.
     public var description: String { name }
 
-    /// Whether both name the same operation (the same ``id``).
+    /// Whether both name the same operation. For Baton operations this holds after they are freed
+    /// too (each has a number of its own); two references to Foundation operations compare their
+    /// ``id``, which Swift may reuse once an operation is freed.
     public static func == (lhs: OperationReference, rhs: OperationReference) -> Bool {
-        lhs.id == rhs.id
+        lhs.serialNumber == rhs.serialNumber && lhs.id == rhs.id
     }
 
     /// Hashes the identity.
     public func hash(into hasher: inout Hasher) {
+        hasher.combine(serialNumber)
         hasher.combine(id)
     }
 }

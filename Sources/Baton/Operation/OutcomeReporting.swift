@@ -48,13 +48,16 @@ extension OutcomeReporting where Self: AsyncOperation {
     /// try Pause().run(timeout: .seconds(5))
     /// ```
     ///
-    /// The operation is claimed first: one that a chain, a composite or another wait holds, or that is
+    /// The operation is claimed first: one that a chain, a composite or another run holds, or that is
     /// executing, is refused (nothing is added to a queue twice). A finished operation returns at once.
-    /// When `timeout` runs out the operation is cancelled (it is yours) and the wait throws.
+    /// When `timeout` runs out the operation is cancelled (it is yours) and the wait throws. An
+    /// operation you added to a queue yourself (`addOperation`) is not yours to run again: Baton cannot
+    /// see that queue, and Foundation traps on a second add. Wait for it with ``wait(timeout:)``.
     ///
     /// - Parameters:
     ///   - queue: The queue that runs the operation. Default: a new queue of its own.
-    ///   - timeout: The longest wait.
+    ///   - timeout: The longest wait; a negative one is refused with
+    ///     ``BatonError/invalidArgument(operation:reason:)``.
     /// - Throws: `CancellationError` if the operation was cancelled, its error if it failed;
     ///   ``BatonError/timedOut(operation:after:)`` when time runs out;
     ///   ``BatonError/wouldDeadlock(operation:reason:)`` instead of blocking the thread that must run
@@ -91,13 +94,15 @@ extension OutcomeReporting where Self: AsyncOperation {
 
     /// Waits for the operation, run by someone else, to finish, as `await task.value` does.
     ///
-    /// Cancelling the awaiting task cancels the operation and ends the wait with `CancellationError`
-    /// at once, even if nobody ever runs the operation. To run it, use ``run(on:)``.
+    /// Cancelling the awaiting task ends this wait at once with `CancellationError`, even if nobody
+    /// ever runs the operation, and leaves the operation alone (other waits go on), as cancelling a
+    /// task that awaits another task's `value` does. To run it, use ``run(on:)``.
     ///
-    /// - Throws: `CancellationError` if the operation (or the task) was cancelled, or its error.
+    /// - Throws: `CancellationError` if the operation (or the awaiting task) was cancelled, or its
+    ///   error.
     public var value: Void {
         get async throws {
-            try await waitSuspending().map { _ in () }.get()
+            try await waitSuspending(cancellingOnTaskCancellation: false).map { _ in () }.get()
         }
     }
 }
@@ -149,12 +154,13 @@ extension ResultOperation {
 
     /// The output, once the operation, run by someone else, has finished (as `await task.value`).
     ///
-    /// Cancelling the awaiting task cancels the operation and ends the wait with `CancellationError`.
+    /// Cancelling the awaiting task ends this wait with `CancellationError` and leaves the operation
+    /// alone.
     ///
     /// - Throws: `CancellationError` if the operation (or the task) was cancelled, or its error.
     public final var value: Output {
         get async throws {
-            try typed(await waitSuspending()).get()
+            try typed(await waitSuspending(cancellingOnTaskCancellation: false)).get()
         }
     }
 }

@@ -50,7 +50,7 @@ final class TreesExamples: BatonTestCase {
         OperationQueue().addOperation(tree)
         tree.waitUntilFinished()
         print(tree.outcome!)   // failed(tree node batch[2] failed: ...)
-        if case .failed(BatonError.treeNodeFailed(let path, _))? = tree.outcome {
+        if case .failed(BatonError.treeNodeFailed(let path, _, _))? = tree.outcome {
             print(path)        // ["batch[2]"]
         }
         XCTAssertEqual(tree.failures.count, 1)

@@ -108,10 +108,12 @@ final class TemplateTests: BatonTestCase {
     }
 
     func testTypeArgumentsMustBeWholeTypes() {
-        for good in ["Int", "Recipe.ID", "[Int]", "[String: [Int]]", "Result<Int, Error>?", "(Int, String)", "()", "Int??", "Any"] {
+        for good in ["Int", "Recipe.ID", "[Int]", "[String: [Int]]", "Result<Int, Error>?", "(Int, String)", "()", "Int??",
+                     "Result<Int, any Error>", "[any Sendable]", "(name: String, age: Int)", "_Private"] {
             XCTAssertTrue(TemplateCatalog.isTypeName(good), good)
         }
-        for bad in ["Int>", "[Int", "Int]", "Result<Int,>", "Array<>", "<Int>", "Int.", ".Int", "[:]", "Int Int", "", "Int; rm -rf", "class", "(Int", "Int<String"] {
+        for bad in ["Int>", "[Int", "Int]", "Result<Int,>", "Array<>", "<Int>", "Int.", ".Int", "[:]", "Int Int", "", "Int; rm -rf",
+                    "class", "(Int", "Int<String", "Int ?", "Int. Type", "_", "Any", "\u{0301}Foo", "any"] {
             XCTAssertFalse(TemplateCatalog.isTypeName(bad), bad)
         }
         let result = try? TemplateCatalog.template(kind: "result", in: templates)
