@@ -70,23 +70,8 @@ final class WaitingTests: BatonTestCase {
     }
 
     func testRunningOnTheSerialQueueThatMustRunItIsRefused() {
-        let serial = OperationQueue()
-        serial.maxConcurrentOperationCount = 1
-        let verdict = Locked<String>("not run")
-        let done = Gate()
-        serial.addOperation {
-            do {
-                try JitterOperation(1).run(on: serial, timeout: .seconds(5))
-                verdict.mutate { $0 = "waited" }
-            } catch BatonError.wouldDeadlock(_, let reason) {
-                verdict.mutate { $0 = reason }
-            } catch {
-                verdict.mutate { $0 = "\(error)" }
-            }
-            done.open()
-        }
-        done.wait()
-        XCTAssertEqual(verdict.value, "called from the serial queue that must run it")
+        XCTAssertEqual(verdictOnASerialQueue { serial in try JitterOperation(1).run(on: serial, timeout: .seconds(5)) },
+                       "called from the serial queue that must run it")
     }
 
     // MARK: - Blocking wait for someone else's run
@@ -225,13 +210,27 @@ final class WaitingTests: BatonTestCase {
     }
 
     func testABlockingChainRunOnItsOwnSerialQueueIsRefused() {
+        XCTAssertEqual(verdictOnASerialQueue { serial in try Chain(JitterOperation(1)).run(on: serial, timeout: .seconds(5)) },
+                       "called from the serial queue that must run it")
+    }
+
+    func testATypedChainHandleNeedsNoCast() throws {
+        let handle = try OperationQueue().addChain(Chain(JitterOperation(2)).map { "\($0) items" })
+        let text: String = try handle.wait(timeout: .seconds(testTimeout))
+        XCTAssertEqual(text, "2 items")
+        XCTAssertEqual(handle.outcome?.output, "2 items")
+    }
+
+    /// Runs `wait` inside an operation of a serial queue, given that queue: the deadlock's reason, or
+    /// what happened instead.
+    private func verdictOnASerialQueue(_ wait: @escaping @Sendable (OperationQueue) throws -> Void) -> String {
         let serial = OperationQueue()
         serial.maxConcurrentOperationCount = 1
         let verdict = Locked<String>("not run")
         let done = Gate()
         serial.addOperation {
             do {
-                try Chain(JitterOperation(1)).run(on: serial, timeout: .seconds(5))
+                try wait(serial)
                 verdict.mutate { $0 = "waited" }
             } catch BatonError.wouldDeadlock(_, let reason) {
                 verdict.mutate { $0 = reason }
@@ -241,13 +240,6 @@ final class WaitingTests: BatonTestCase {
             done.open()
         }
         done.wait()
-        XCTAssertEqual(verdict.value, "called from the serial queue that must run it")
-    }
-
-    func testATypedChainHandleNeedsNoCast() throws {
-        let handle = try OperationQueue().addChain(Chain(JitterOperation(2)).map { "\($0) items" })
-        let text: String = try handle.wait(timeout: .seconds(testTimeout))
-        XCTAssertEqual(text, "2 items")
-        XCTAssertEqual(handle.outcome?.output, "2 items")
+        return verdict.value
     }
 }

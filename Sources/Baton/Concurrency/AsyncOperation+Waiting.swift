@@ -10,14 +10,7 @@ extension AsyncOperation {
             throw .wouldDeadlock(operation: reference, reason: reason)
         }
         try check(timeout)
-        if let outcome = storedOutcome { return outcome }
-        do {
-            try claim()
-        } catch {
-            // Finished meanwhile: a finished operation returns its outcome.
-            if let outcome = storedOutcome { return outcome }
-            throw error
-        }
+        if let outcome = try claimUnlessFinished() { return outcome }
         let done = DispatchSemaphore(value: 0)
         whenFinished { done.signal() }
         queue.launch(self)
@@ -38,6 +31,19 @@ extension AsyncOperation {
         return outcome
     }
 
+    /// Claims the operation for a run, or returns its outcome when it has finished (before the claim,
+    /// or meanwhile: a finished operation's run returns its outcome).
+    private func claimUnlessFinished() throws(BatonError) -> Outcome<(any Sendable)?>? {
+        if let outcome = storedOutcome { return outcome }
+        do {
+            try claim()
+            return nil
+        } catch {
+            if let outcome = storedOutcome { return outcome }
+            throw error
+        }
+    }
+
     /// A wait's own timeout must not be negative (as ``timeout`` must not).
     private func check(_ timeout: Duration) throws(BatonError) {
         if timeout < .zero {
@@ -48,13 +54,7 @@ extension AsyncOperation {
     /// Claims the operation, adds it to `queue`, and suspends until it finishes. Cancelling the
     /// awaiting task cancels the operation (it is the caller's).
     func runSuspending(on queue: OperationQueue) async throws(BatonError) -> Outcome<(any Sendable)?> {
-        if let outcome = storedOutcome { return outcome }
-        do {
-            try claim()
-        } catch {
-            if let outcome = storedOutcome { return outcome }
-            throw error
-        }
+        if let outcome = try claimUnlessFinished() { return outcome }
         queue.launch(self)
         return await waitSuspending(cancellingOnTaskCancellation: true)
     }
