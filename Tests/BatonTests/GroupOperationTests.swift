@@ -73,7 +73,7 @@ final class GroupOperationTests: BatonTestCase {
 
     func testChildrenCanBeAddedWhileTheGroupRuns() throws {
         let first = ManualOperation(name: "first")
-        let group = GroupOperation(operations: [first])
+        let group = GroupOperation(operations: [first], keepsFinishedChildren: true)
         let done = Gate()
         group.whenFinished { done.open() }
         OperationQueue().addOperation(group)

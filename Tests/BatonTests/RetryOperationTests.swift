@@ -24,7 +24,7 @@ final class RetryOperationTests: BatonTestCase {
 
     func testItStopsAtTheFirstSuccess() {
         let made = Locked(0)
-        let retry = finished(RetryOperation(maximumAttempts: 5, makeAttempt: flaky(failures: 2, made: made)))
+        let retry = finished(RetryOperation(maximumAttempts: 5, keepsFinishedChildren: true, makeAttempt: flaky(failures: 2, made: made)))
         XCTAssertEqual(retry.output, 3)
         XCTAssertEqual(made.value, 3)
         XCTAssertEqual(Set(retry.attemptsMade.map(ObjectIdentifier.init)).count, 3, "each attempt is a fresh operation")

@@ -24,7 +24,7 @@ final class SequenceOperationTests: BatonTestCase {
                 }
             }
         }
-        let sequence = finished(SequenceOperation<Int>(operations: steps))
+        let sequence = finished(SequenceOperation<Int>(operations: steps, keepsFinishedChildren: true))
         XCTAssertEqual(sequence.output, 20)
         XCTAssertFalse(overlap.value, "two children ran at once")
         XCTAssertEqual(sequence.childOutcomes.count, 21)
@@ -76,7 +76,7 @@ final class SequenceOperationTests: BatonTestCase {
     }
 
     func testTheGeneratorMakesEachStepFromThePreviousOne() {
-        let sequence = finished(SequenceOperation<Int>(first: ResultBlockOperation<Int> { $0.finish(with: 1) }) { previous in
+        let sequence = finished(SequenceOperation<Int>(first: ResultBlockOperation<Int> { $0.finish(with: 1) }, keepsFinishedChildren: true) { previous in
             guard let value = (previous as? ResultOperation<Int>)?.output, value < 64 else { return nil }
             return ResultBlockOperation<Int> { $0.finish(with: value * 2) }
         })

@@ -1,11 +1,11 @@
 import Dispatch
 import Foundation
 
-/// A chain of operations that is running on a queue: its operations, its cancellation, its waits
-/// and its outcome.
+/// A chain of operations that is running on a queue: its cancellation, its waits and its outcome.
 ///
-/// You get one from ``Foundation/OperationQueue/addChain(_:adapter:)-([Operation],_)`` or
-/// ``Foundation/OperationQueue/addChain(_:adapter:)-(Chain<Output>,_)``.
+/// You get one from ``Foundation/OperationQueue/addChain(_:adapter:)-([Operation],_)``,
+/// ``Foundation/OperationQueue/addChain(_:adapter:)-(Chain<Output>,_)`` or
+/// ``Foundation/OperationQueue/addChain(first:adapter:next:)``.
 /// The outcome is the first failure anywhere in the chain, or else the last operation's outcome.
 ///
 /// ```swift
@@ -14,116 +14,109 @@ import Foundation
 /// print(handle.outcome!)   // succeeded(...)
 /// ```
 ///
-/// ## Linear on Linux
+/// ## Linear on Linux, and only what is ahead
 /// Linux's `OperationQueue` walks every queued operation that is not ready on each add and finish,
 /// so a chain enqueued at once costs O(N²). A handle enqueues one operation at a time, when the one
-/// before it is done; the adapter in between runs on the thread that finished that operation. It
-/// drops each dependency edge once both ends have finished, so a chain of any length runs in linear
-/// time and is released without recursion. `dependencies` of chained operations are therefore empty
-/// after the chain.
+/// before it has finished and the adapter has handed its outcome on (on the thread that finished it),
+/// so a chain of any length runs in linear time. Chained operations get no dependency edges.
+///
+/// The handle lets go of each operation once it has been handed on: a long chain holds only the
+/// operations still ahead of it (``unfinishedOperations``), and a chain made with
+/// ``Foundation/OperationQueue/addChain(first:adapter:next:)`` holds only the one running.
 public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
-    /// Every operation of the chain, in order, including the adapters between them.
-    public let operations: [Operation]
-
     private let queue: OperationQueue
+    private let adapter: ChainAdapter
     private let extract: @Sendable (Operation?) -> Outcome<Output>
     private let finished = DispatchGroup()
     private let state: Mutex<State>
 
+    /// Where the next operations come from.
+    enum Source {
+        /// The operations not taken yet, in order (taken ones are `nil`).
+        case list([Operation?], next: Int)
+        /// Makes the next operation from the one that just succeeded.
+        case generator(@Sendable (Operation) -> Operation?)
+    }
+
     private struct State {
-        var requests = 0
+        /// A list chain's operations not taken yet, in order (taken ones are `nil`).
+        var listed: [Operation?] = []
+        var nextListed = 0
+        /// A generator chain's way to make the next operation.
+        var generator: (@Sendable (Operation) -> Operation?)?
+        /// The operation enqueued last: running, or finished and being handed on.
+        var current: Operation?
+        /// An operation that finished while another thread drives the chain: the driver hands it on.
+        var finishedStage: Operation?
         var isDriving = false
-        var nextStage = 0
-        /// Stages whose dependencies and hooks are in place; only those may be enqueued.
-        var wiredStages = 0
+        var isCancelled = false
         var firstFailure: (any Error)?
         var outcome: Outcome<Output>?
         var callbacks: [@Sendable (Outcome<Output>) -> Void] = []
+
+        init(source: Source) {
+            switch source {
+            case .list(let operations, let next):
+                listed = operations
+                nextListed = next
+            case .generator(let make):
+                generator = make
+            }
+        }
+
+        /// The operation enqueued last, if any, and the listed ones not taken yet.
+        var unfinished: [Operation] {
+            var unfinished = current.map { [$0] } ?? []
+            if nextListed < listed.count { unfinished += listed[nextListed...].compactMap { $0 } }
+            return unfinished
+        }
+
+        /// What comes after the operation that just finished.
+        enum Next {
+            case operation(Operation)
+            /// A generator chain asks its generator (outside the lock).
+            case make(@Sendable (Operation) -> Operation?)
+            case end
+            /// A generator chain was cancelled: it makes nothing more and ends cancelled.
+            case endCancelled
+        }
+
+        /// Takes the next listed operation (and makes it the current one), or says what to do instead.
+        mutating func next(afterSuccess succeeded: Bool) -> Next {
+            guard let generator else {
+                guard nextListed < listed.count, let operation = listed[nextListed] else { return .end }
+                listed[nextListed] = nil
+                nextListed += 1
+                current = operation
+                return .operation(operation)
+            }
+            if isCancelled { return .endCancelled }
+            return succeeded ? .make(generator) : .end
+        }
     }
 
-    /// Builds the chain's operations, adapters between neighbours; nothing is wired or enqueued yet.
+    /// A handle on the operations of `source`, claimed already; nothing is enqueued yet.
     init(
-        operations userOperations: [Operation],
+        source: Source,
         adapter: ChainAdapter,
         queue: OperationQueue,
         extract: @escaping @Sendable (Operation?) -> Outcome<Output>
     ) {
         self.queue = queue
+        self.adapter = adapter
         self.extract = extract
-        self.state = Mutex(State())
+        self.state = Mutex(State(source: source))
         self.finished.enter()
-
-        var stages = [Operation]()
-        stages.reserveCapacity(max(0, userOperations.count * 2 - 1))
-        let coordinator = Coordinator()
-        for (index, operation) in userOperations.enumerated() {
-            if index > 0 {
-                let upstream = userOperations[index - 1]
-                let link = AdapterOperation(upstream: upstream, downstream: operation, adapter: adapter, coordinator: coordinator)
-                stages.append(link)
-            }
-            stages.append(operation)
-        }
-        self.operations = stages
-        coordinator.handle = self
     }
 
-    /// The adapters' way back to the handle, which they must not keep alive forever.
-    private final class Coordinator: ChainCoordinator, @unchecked Sendable {
-        weak var handle: ChainHandle<Output>?
-        func recordFailure(_ error: any Error) { handle?.recordFailure(error) }
+    /// Enqueues the first operation (or, for an empty list, finishes at once).
+    func launch(first: Operation?) {
+        guard let first else { return complete(last: nil) }
+        state.withLock { $0.current = first }
+        enqueue(first)
     }
 
-    /// Wires the chain and starts it. Returns once every dependency is wired; the first stages may
-    /// already be running by then: stage `k` is enqueued only when it is wired, and wiring the rest
-    /// on the calling thread overlaps with the chain's run on the queue's threads.
-    func launch() {
-        guard let last = operations.last else {
-            complete()
-            return
-        }
-        // The handle keeps itself alive until the last operation has finished.
-        last.observeCompletion { self.complete() }
-        let stages = (operations.count + 1) / 2
-        wire(stage: 0)
-        publishWired(1)
-        requestNextStage()
-        var stage = 1
-        while stage < stages {
-            let end = min(stages, stage + 256)
-            while stage < end {
-                wire(stage: stage)
-                stage += 1
-            }
-            publishWired(stage)
-        }
-    }
-
-    /// Stage `k`: the `k`-th operation depends on the adapter before it, the adapter after it depends
-    /// on it, and that adapter starts (on the finishing thread: its work is a handoff, not worth a
-    /// trip through the queue) as soon as the operation has finished, then asks for the next stage.
-    private func wire(stage: Int) {
-        let index = 2 * stage
-        let operation = operations[index]
-        if index > 0 { operation.addDependency(operations[index - 1]) }
-        guard index + 1 < operations.count else { return }
-        let adapter = operations[index + 1]
-        adapter.addDependency(operation)
-        operation.observeCompletion { adapter.start() }
-        adapter.observeCompletion { [weak self] in self?.requestNextStage() }
-    }
-
-    /// Records how many stages are wired, and drives the chain if it was waiting for them.
-    private func publishWired(_ count: Int) {
-        let resume = state.withLock { state -> Bool in
-            state.wiredStages = count
-            guard !state.isDriving, state.requests > 0, state.nextStage < count else { return false }
-            state.isDriving = true
-            return true
-        }
-        if resume { drive() }
-    }
-
+    // MARK: - Public API
     // MARK: - Public API
 
     /// The chain's outcome, or `nil` while it runs.
@@ -137,11 +130,21 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
     }
 
     /// Cancels every operation of the chain that has not finished. Operations that have not started
-    /// finish cancelled without executing; executing ones are asked to stop.
+    /// finish cancelled without executing; executing ones are asked to stop. A chain made with a
+    /// generator makes no further operations.
     public func cancel() {
-        for operation in operations where !(operation is AdapterOperation) && !operation.isFinished {
+        for operation in state.withLock({ state -> [Operation] in
+            state.isCancelled = true
+            return state.unfinished
+        }) where !operation.isFinished {
             operation.cancel()
         }
+    }
+
+    /// The operations of the chain that have not finished, in order: the one running and, for a chain
+    /// made from an array, every one after it. Finished operations are let go as the chain advances.
+    public var unfinishedOperations: [Operation] {
+        state.withLock { $0.unfinished }.filter { !$0.isFinished }
     }
 
     /// Blocks the calling thread until the chain finishes, or until `timeout` runs out, and returns
@@ -172,10 +175,9 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
         return try outcome.get()
     }
 
-    /// The first operation that has not finished (the last one when all have): what a wait names.
-    /// Scans the chain, but only when a wait fails.
+    /// The first operation that has not finished: what a wait names.
     private var pendingOperation: Operation {
-        operations.first { !($0 is AdapterOperation) && !$0.isFinished } ?? operations.last ?? BlockOperation()
+        state.withLock { $0.current } ?? BlockOperation()
     }
 
     /// The chain's output, once it has finished (as `await task.value`). Cancelling the awaiting task
@@ -219,65 +221,78 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
 
     // MARK: - Driving the stages
 
+    /// Enqueues a stage. A Foundation operation never waits in the (user's) queue itself: see
+    /// `ForeignStageRunner`.
+    private func enqueue(_ operation: Operation) {
+        operation.observeCompletion { self.stageFinished(operation) }
+        queue.launch(operation is AsyncOperation ? operation : ForeignStageRunner(operation))
+    }
+
+    /// An operation finished: it is handed on by the one thread that drives the chain. A stage that
+    /// finishes inside `enqueue` (a cancelled one) is left for the driver's loop, so nothing recurses.
+    private func stageFinished(_ operation: Operation) {
+        let drive = state.withLock { state -> Bool in
+            state.finishedStage = operation
+            if state.isDriving { return false }
+            state.isDriving = true
+            return true
+        }
+        guard drive else { return }
+        while let finished = state.withLock({ state -> Operation? in
+            defer { state.finishedStage = nil }
+            if state.finishedStage == nil { state.isDriving = false }
+            return state.finishedStage
+        }) {
+            handOn(finished)
+        }
+    }
+
+    /// Takes (or makes) the operation after `finished`, passes `finished`'s outcome to it and enqueues
+    /// it; or, at the end, completes the chain.
+    private func handOn(_ finished: Operation) {
+        let next: Operation
+        switch state.withLock({ $0.next(afterSuccess: finished.observedOutcome.isSuccess) }) {
+        case .end:
+            return complete(last: finished)
+        case .endCancelled:
+            return complete(last: finished, cancelled: true)
+        case .operation(let operation):
+            next = operation
+        case .make(let make):
+            guard let made = make(finished) else { return complete(last: finished) }
+            do {
+                try made.claim()
+            } catch {
+                recordFailure(error)
+                return complete(last: finished)
+            }
+            let cancelled = state.withLock { state -> Bool in
+                state.current = made
+                return state.isCancelled
+            }
+            if cancelled { made.cancel() }
+            next = made
+        }
+        if let error = Handoff.pass(from: finished, to: next, adapter: adapter) { recordFailure(error) }
+        enqueue(next)
+    }
+
     private func recordFailure(_ error: any Error) {
         state.withLock { state in
             if state.firstFailure == nil { state.firstFailure = error }
         }
     }
 
-    /// Enqueues the next stage. Re-entrant calls (a cancelled operation finishing inside `start()`)
-    /// only count a request; the one caller that drives loops, so nothing recurses.
-    private func requestNextStage() {
-        let mustDrive = state.withLock { state -> Bool in
-            state.requests += 1
-            if state.isDriving { return false }
-            state.isDriving = true
-            return true
-        }
-        if mustDrive { drive() }
-    }
-
-    /// Enqueues stages while there are requests and wired stages; the one caller that drives loops.
-    private func drive() {
-        while true {
-            let stage: Int? = state.withLock { state in
-                guard state.requests > 0, state.nextStage < state.wiredStages else {
-                    state.isDriving = false
-                    return nil
-                }
-                state.requests -= 1
-                defer { state.nextStage += 1 }
-                return state.nextStage
-            }
-            guard let stage else { return }
-            enqueue(stage: stage)
-        }
-    }
-
-    /// Stage `k` is the `k`-th user operation (at `2k`); the adapter after it (at `2k + 1`) starts
-    /// when it finishes, and the adapter's end asks for stage `k + 1`.
-    private func enqueue(stage: Int) {
-        let index = 2 * stage
-        guard index < operations.count else { return }
-        if stage > 0 {
-            // Both ends of these edges have finished: drop them so that releasing a long chain
-            // cannot recurse through `dependencies`.
-            operations[index - 1].removeDependency(operations[index - 2])
-            if index >= 3 { operations[index - 2].removeDependency(operations[index - 3]) }
-        }
-        let stage = operations[index]
-        // A Foundation operation never waits in the (user's) queue itself: see `ForeignStageRunner`.
-        queue.launch(stage is AsyncOperation ? stage : ForeignStageRunner(stage))
-    }
-
-    private func complete() {
-        let count = operations.count
-        if count >= 3 { operations[count - 1].removeDependency(operations[count - 2]) }
-        let lastOutcome = extract(operations.last)
+    /// Ends the chain with its first failure, or else `last`'s outcome (cancelled when `cancelled`).
+    private func complete(last: Operation?, cancelled: Bool = false) {
+        let lastOutcome = cancelled ? .cancelled : extract(last)
         let finishing = state.withLock { state -> Finishing? in
             guard state.outcome == nil else { return nil }
             let outcome = state.firstFailure.map { Outcome<Output>.failed($0) } ?? lastOutcome
             state.outcome = outcome
+            state.current = nil
+            state.listed = []
+            state.generator = nil
             defer { state.callbacks = [] }
             return Finishing(outcome: outcome, callbacks: state.callbacks)
         }

@@ -4,23 +4,36 @@ import Foundation
 protocol ChildGroupOwner: AnyObject, Sendable {
     /// Whether the owner was cancelled (a child added after that is cancelled before it is launched).
     var isCancelled: Bool { get }
-    /// One child finished (called before it is counted, so before the owner can finish).
-    func childDidFinish(_ child: Operation)
+    /// One child finished (called before it is counted, so before the owner can finish); `index` is
+    /// its position in the order children were added. The group lets go of it right after, unless it
+    /// keeps finished children.
+    func childFinished(_ child: Operation, index: Int)
     /// Every child has finished; `errors` are the children's failures in the order they happened.
     func allChildrenDidFinish(errors: [any Error])
 }
 
 /// The machinery the group operations share: an internal queue, the children, and how many are
 /// still running. Children are launched when the owner executes, or at once when added later.
+///
+/// The group holds a child only until it has finished and the owner has seen it (`childFinished`),
+/// unless `keepsFinishedChildren`: a group of many children that produce large outputs then holds only
+/// those still running or waiting.
 final class ChildGroup: @unchecked Sendable {
     let queue: OperationQueue
     let failurePolicy: GroupFailurePolicy
+    let keepsFinishedChildren: Bool
     weak var owner: (any ChildGroupOwner)?
     private let state = Mutex(State())
 
     private struct State {
-        var children: [Operation] = []
-        var identities = Set<ObjectIdentifier>()
+        /// The children that have not finished (every child before the group starts), by identity,
+        /// with their position in the order of addition.
+        var live: [ObjectIdentifier: (index: Int, operation: Operation)] = [:]
+        /// The children added before the group started, in order: launched by `start()`.
+        var unlaunched: [Operation] = []
+        /// Every child, in order, when the group keeps finished children.
+        var kept: [Operation] = []
+        var added = 0
         var isStarted = false
         var isClosed = false
         /// Cancelled: every child launched from now on is cancelled first, and suspension is over.
@@ -43,10 +56,12 @@ final class ChildGroup: @unchecked Sendable {
     private let concurrencyProblem: String?
     private var childProblem: BatonError?
 
-    init(name: String, children: [Operation], failurePolicy: GroupFailurePolicy, maxConcurrentOperationCount: Int) {
+    init(name: String, children: [Operation], failurePolicy: GroupFailurePolicy, maxConcurrentOperationCount: Int,
+         keepsFinishedChildren: Bool) {
         queue = OperationQueue()
         queue.name = "Baton group \(name)"
         self.failurePolicy = failurePolicy
+        self.keepsFinishedChildren = keepsFinishedChildren
         concurrencyProblem = ChildGroup.problem(maxConcurrentOperationCount: maxConcurrentOperationCount)
         if concurrencyProblem == nil { queue.maxConcurrentOperationCount = maxConcurrentOperationCount }
         for child in children {
@@ -63,13 +78,13 @@ final class ChildGroup: @unchecked Sendable {
     deinit {
         // Freed without launching them (the group never ran): they are free for another owner again.
         if !state.withLock({ $0.isStarted }) {
-            for child in state.withLock({ $0.children }) { child.unclaim() }
+            for child in state.withLock({ $0.unlaunched }) { child.unclaim() }
         }
         // A child may itself be a composite holding its own children: release them in a loop, not by
-        // recursion through every level's `deinit`. The array is handed over as the only reference.
+        // recursion through every level's `deinit`. The state is handed over as the only reference.
         Trampoline.dispose(state.withLock { state in
-            defer { state.children = [] }
-            return state.children
+            defer { state = State() }
+            return state
         })
     }
 
@@ -80,7 +95,13 @@ final class ChildGroup: @unchecked Sendable {
         return "maxConcurrentOperationCount must be at least 1, or OperationQueue.defaultMaxConcurrentOperationCount; got \(count)"
     }
 
-    var children: [Operation] { state.withLock { $0.children } }
+    /// The children the group holds, in the order they were added: those not finished, or every one
+    /// when it keeps finished children.
+    var children: [Operation] {
+        state.withLock { state in
+            keepsFinishedChildren ? state.kept : state.live.values.sorted { $0.index < $1.index }.map(\.operation)
+        }
+    }
     var errors: [any Error] { state.withLock { $0.errors } }
     var progress: Progress { state.withLock { $0.progress }.snapshot() }
 
@@ -91,7 +112,7 @@ final class ChildGroup: @unchecked Sendable {
         enum Verdict { case keep, launch(cancelled: Bool), closed, duplicate }
         let verdict: Verdict = state.withLock { state in
             if state.isClosed { return .closed }
-            if state.identities.contains(ObjectIdentifier(child)) { return .duplicate }
+            if state.live[ObjectIdentifier(child)] != nil { return .duplicate }
             return .keep
         }
         switch verdict {
@@ -102,10 +123,16 @@ final class ChildGroup: @unchecked Sendable {
         try child.claim()
         let decided: Verdict = state.withLock { state in
             if state.isClosed { return .closed }
-            guard state.identities.insert(ObjectIdentifier(child)).inserted else { return .duplicate }
-            state.children.append(child)
+            let id = ObjectIdentifier(child)
+            guard state.live[id] == nil else { return .duplicate }
+            state.live[id] = (state.added, child)
+            state.added += 1
+            if keepsFinishedChildren { state.kept.append(child) }
             state.progress.total += 1
-            guard state.isStarted else { return .keep }
+            guard state.isStarted else {
+                state.unlaunched.append(child)
+                return .keep
+            }
             state.running += 1
             return .launch(cancelled: state.isCancelled || ownerCancelled)
         }
@@ -128,9 +155,10 @@ final class ChildGroup: @unchecked Sendable {
     func start() -> Bool {
         let children: [Operation] = state.withLock { state in
             state.isStarted = true
-            state.running = state.children.count
-            if state.children.isEmpty { state.isClosed = true }
-            return state.children
+            state.running = state.unlaunched.count
+            if state.unlaunched.isEmpty { state.isClosed = true }
+            defer { state.unlaunched = [] }
+            return state.unlaunched
         }
         guard !children.isEmpty else { return false }
         launch(children)
@@ -146,15 +174,18 @@ final class ChildGroup: @unchecked Sendable {
 
     private func childFinished(_ child: Operation) {
         let outcome = child.observedOutcome
-        owner?.childDidFinish(child)
+        let id = ObjectIdentifier(child)
+        if let owner, let index = state.withLock({ $0.live[id]?.index }) { owner.childFinished(child, index: index) }
         let (cancel, finished): ([Operation], [any Error]?) = state.withLock { state in
             var cancel = [Operation]()
+            // Handed on: the owner has seen it. Only a group that keeps finished children holds it now.
+            state.live[id] = nil
             state.progress.completed += 1
             if case .failed(let error) = outcome {
                 state.errors.append(error)
                 if failurePolicy == .cancelSiblingsOnFailure && !state.siblingsCancelled {
                     state.siblingsCancelled = true
-                    cancel = state.children
+                    cancel = state.live.values.map(\.operation)
                 }
             }
             state.running -= 1
@@ -172,7 +203,7 @@ final class ChildGroup: @unchecked Sendable {
         let children: [Operation] = state.withLock { state in
             state.isCancelled = true
             state.suspensionVersion += 1
-            return state.children
+            return state.live.values.map(\.operation)
         }
         for child in children where !child.isFinished { child.cancel() }
         applySuspension()
@@ -183,7 +214,8 @@ final class ChildGroup: @unchecked Sendable {
     func takeUnlaunched() -> [Operation] {
         state.withLock { state in
             state.isClosed = true
-            return state.isStarted ? [] : state.children
+            defer { state.unlaunched = [] }
+            return state.unlaunched
         }
     }
 

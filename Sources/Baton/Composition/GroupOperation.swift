@@ -15,6 +15,10 @@ import Foundation
 /// - Children can be added while the group runs (``addChild(_:)``). An empty group succeeds at once.
 /// - ``suspend()`` stops the group from starting new children; ``resume()`` continues.
 /// - ``progress`` counts the finished children (a composite child counts as one unit).
+/// - **A finished child is let go** once ``childDidFinish(_:)`` has returned: a group of 10,000
+///   children that each produce a megabyte holds only the children still running or waiting, not
+///   every output. Read what you need from the child in ``childDidFinish(_:)``. To inspect the children
+///   afterwards (in a test, say), create the group with `keepsFinishedChildren: true`.
 /// - Cancelling the group also reaches children held back by ``suspend()``: it resumes the group so
 ///   that they finish cancelled; a child added after the group was cancelled finishes cancelled
 ///   without executing.
@@ -34,13 +38,18 @@ open class GroupOperation: AsyncOperation, ProgressReporting, @unchecked Sendabl
     ///     `OperationQueue.defaultMaxConcurrentOperationCount` (the default: as many as the system
     ///     allows). Any other value fails the group at start with
     ///     ``BatonError/invalidArgument(operation:reason:)``.
+    ///   - keepsFinishedChildren: Whether ``children`` keeps every child (and so its output) until the
+    ///     group is freed. Default: `false`, a finished child is let go once ``childDidFinish(_:)``
+    ///     has returned.
     public init(
         operations: [Operation] = [],
         failurePolicy: GroupFailurePolicy = .continueOnFailure,
-        maxConcurrentOperationCount: Int = OperationQueue.defaultMaxConcurrentOperationCount
+        maxConcurrentOperationCount: Int = OperationQueue.defaultMaxConcurrentOperationCount,
+        keepsFinishedChildren: Bool = false
     ) {
         group = ChildGroup(name: "GroupOperation", children: operations, failurePolicy: failurePolicy,
-                           maxConcurrentOperationCount: maxConcurrentOperationCount)
+                           maxConcurrentOperationCount: maxConcurrentOperationCount,
+                           keepsFinishedChildren: keepsFinishedChildren)
         super.init()
         group.owner = self
     }
@@ -51,8 +60,12 @@ open class GroupOperation: AsyncOperation, ProgressReporting, @unchecked Sendabl
     /// thread-safe, so Baton never hands out an object it is still updating). Read it again for news.
     public final var progress: Progress { group.progress }
 
-    /// The children, in the order they were added.
+    /// The children the group holds, in the order they were added: those that have not finished, or
+    /// every child when the group was created with `keepsFinishedChildren: true`.
     public final var children: [Operation] { group.children }
+
+    /// Whether the group keeps its finished children (see ``init(operations:failurePolicy:maxConcurrentOperationCount:keepsFinishedChildren:)``).
+    public final var keepsFinishedChildren: Bool { group.keepsFinishedChildren }
 
     /// The errors of the children that failed, in the order they failed.
     public final var errors: [any Error] { group.errors }
@@ -81,6 +94,9 @@ open class GroupOperation: AsyncOperation, ProgressReporting, @unchecked Sendabl
     /// Called once for each child, when it has finished and before the group counts it. Override it
     /// to react to children (the default does nothing); you may add children from here.
     ///
+    /// This is where a child's output is consumed: once this returns, the group lets go of the child
+    /// (unless it keeps finished children).
+    ///
     /// - Parameter child: The child that finished; read its outcome from it.
     open func childDidFinish(_ child: Operation) {}
 
@@ -104,6 +120,10 @@ open class GroupOperation: AsyncOperation, ProgressReporting, @unchecked Sendabl
 }
 
 extension GroupOperation: ChildGroupOwner {
+    func childFinished(_ child: Operation, index: Int) {
+        childDidFinish(child)
+    }
+
     func allChildrenDidFinish(errors: [any Error]) {
         conclude(errors.isEmpty ? .succeeded(nil) : .failed(BatonError.childrenFailed(group: reference, errors: errors)))
     }

@@ -13,8 +13,18 @@ import Foundation
 /// It behaves as ``GroupOperation`` does (failure policy, cancellation, children added while it runs,
 /// suspension, progress). It fails with ``BatonError/childrenFailed(group:errors:)`` when a child
 /// failed, and finishes cancelled when a child was cancelled, since it then has no output to give.
+///
+/// It keeps only what its output needs: each child's output is taken as the child finishes, and the
+/// child is let go (unless `keepsFinishedChildren`).
 public final class ResultGroupOperation<Element: Sendable>: ResultOperation<[Element]>, ProgressReporting, @unchecked Sendable {
     let group: ChildGroup
+    /// The finished children's outputs by position, and whether a child finished without one.
+    private let collected = Mutex(Collected())
+
+    private struct Collected {
+        var outputs: [Element?] = []
+        var missingOutput = false
+    }
 
     /// Creates a typed group.
     ///
@@ -25,13 +35,17 @@ public final class ResultGroupOperation<Element: Sendable>: ResultOperation<[Ele
     ///     `OperationQueue.defaultMaxConcurrentOperationCount` (the default: as many as the system
     ///     allows). Any other value fails the group at start with
     ///     ``BatonError/invalidArgument(operation:reason:)``.
+    ///   - keepsFinishedChildren: Whether ``children`` keeps every child until the group is freed.
+    ///     Default: `false`, a finished child is let go once its output is taken.
     public init(
         operations: [ResultOperation<Element>] = [],
         failurePolicy: GroupFailurePolicy = .continueOnFailure,
-        maxConcurrentOperationCount: Int = OperationQueue.defaultMaxConcurrentOperationCount
+        maxConcurrentOperationCount: Int = OperationQueue.defaultMaxConcurrentOperationCount,
+        keepsFinishedChildren: Bool = false
     ) {
         group = ChildGroup(name: "ResultGroupOperation", children: operations, failurePolicy: failurePolicy,
-                           maxConcurrentOperationCount: maxConcurrentOperationCount)
+                           maxConcurrentOperationCount: maxConcurrentOperationCount,
+                           keepsFinishedChildren: keepsFinishedChildren)
         super.init()
         group.owner = self
     }
@@ -42,10 +56,15 @@ public final class ResultGroupOperation<Element: Sendable>: ResultOperation<[Ele
     /// thread-safe, so Baton never hands out an object it is still updating). Read it again for news.
     public var progress: Progress { group.progress }
 
-    /// The children, in the order they were added (which is the order of the output).
+    /// The children the group holds, in the order they were added (which is the order of the output):
+    /// those that have not finished, or every child when the group was created with
+    /// `keepsFinishedChildren: true`.
     public var children: [ResultOperation<Element>] {
         group.children.compactMap { $0 as? ResultOperation<Element> }
     }
+
+    /// Whether the group keeps its finished children.
+    public var keepsFinishedChildren: Bool { group.keepsFinishedChildren }
 
     /// The errors of the children that failed, in the order they failed.
     public var errors: [any Error] { group.errors }
@@ -87,20 +106,31 @@ public final class ResultGroupOperation<Element: Sendable>: ResultOperation<[Ele
 }
 
 extension ResultGroupOperation: ChildGroupOwner {
-    func childDidFinish(_ child: Operation) {}
+    func childFinished(_ child: Operation, index: Int) {
+        let output = (child as? ResultOperation<Element>)?.output
+        collected.withLock { collected in
+            guard let output else { return collected.missingOutput = true }
+            if index >= collected.outputs.count {
+                collected.outputs.append(contentsOf: repeatElement(nil, count: index + 1 - collected.outputs.count))
+            }
+            collected.outputs[index] = output
+        }
+    }
 
     func allChildrenDidFinish(errors: [any Error]) {
         guard errors.isEmpty else {
+            collected.withLock { $0 = Collected() }
             return conclude(.failed(BatonError.childrenFailed(group: reference, errors: errors)))
         }
-        var outputs = [Element]()
-        outputs.reserveCapacity(group.children.count)
-        for child in children {
-            guard let output = child.output else {
-                cancel()
-                return finish()
-            }
-            outputs.append(output)
+        // Handed over: the group's output is now the only copy.
+        let taken = collected.withLock { collected in
+            defer { collected = Collected() }
+            return collected
+        }
+        let outputs = taken.outputs.compactMap { $0 }
+        guard !taken.missingOutput, outputs.count == taken.outputs.count else {
+            cancel()
+            return finish()
         }
         conclude(.succeeded(outputs))
     }

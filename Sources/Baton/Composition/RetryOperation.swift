@@ -20,6 +20,9 @@ import Foundation
 ///   was cancelled (not the retry) ends the retry cancelled.
 /// - Cancelling the retry cancels the running attempt, or ends the wait between attempts at once.
 /// - ``progress`` counts attempts made against `maximumAttempts`.
+/// - A finished attempt is let go once the retry has moved on from it: the retry holds the running
+///   attempt only. Create it with `keepsFinishedChildren: true` to keep every attempt for
+///   ``attemptsMade``.
 public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, ProgressReporting, @unchecked Sendable {
     /// The total number of attempts allowed.
     public let maximumAttempts: Int
@@ -35,8 +38,15 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
         case done
     }
 
+    /// Whether the retry keeps every attempt it made for ``attemptsMade``.
+    public let keepsFinishedChildren: Bool
+
     private struct Attempts {
+        /// The attempt running or last run, until the retry has ended.
+        var current: ResultOperation<Output>?
+        /// Every attempt, when the retry keeps finished children.
         var made: [ResultOperation<Output>] = []
+        var count = 0
         /// Where the retry is: running an attempt, waiting before the next one, or done.
         var phase = Phase.attempting
         /// `didCancel()` ran: a failed attempt being handled now must not start a wait.
@@ -51,14 +61,18 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
     ///     start with ``BatonError/invalidArgument(operation:reason:)``.
     ///   - delay: The wait between attempts. Default: ``RetryDelay/immediate``.
     ///   - shouldRetry: Whether to try again after `error` ended attempt number `attempt`. Default: always.
+    ///   - keepsFinishedChildren: Whether ``attemptsMade`` keeps every attempt until the retry is
+    ///     freed. Default: `false`, only the running attempt is held.
     ///   - makeAttempt: Makes the operation for attempt number `attempt` (1, 2, …); a new one each time.
     public init(
         maximumAttempts: Int,
         delay: RetryDelay = .immediate,
         shouldRetry: @escaping @Sendable (_ error: any Error, _ attempt: Int) -> Bool = { _, _ in true },
+        keepsFinishedChildren: Bool = false,
         makeAttempt: @escaping @Sendable (_ attempt: Int) -> ResultOperation<Output>
     ) {
         self.maximumAttempts = maximumAttempts
+        self.keepsFinishedChildren = keepsFinishedChildren
         self.delay = delay
         self.shouldRetry = shouldRetry
         self.makeAttempt = makeAttempt
@@ -68,16 +82,21 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
 
     deinit {
         Trampoline.dispose(attempts.withLock { attempts in
-            defer { attempts.made = [] }
-            return attempts.made
+            defer { attempts = Attempts() }
+            return attempts
         })
     }
 
     /// The number of attempts made so far: the number of the attempt running or last run.
-    public var attemptCount: Int { attempts.withLock { $0.made.count } }
+    public var attemptCount: Int { attempts.withLock { $0.count } }
 
-    /// The operations of the attempts made so far, in order.
-    public var attemptsMade: [ResultOperation<Output>] { attempts.withLock { $0.made } }
+    /// The attempts the retry holds, in order: every attempt made so far when it keeps finished
+    /// children; otherwise only the one running (none once the retry has ended).
+    public var attemptsMade: [ResultOperation<Output>] {
+        let (made, current) = attempts.withLock { ($0.made, $0.current) }
+        if keepsFinishedChildren { return made }
+        return current.flatMap { $0.isFinished ? nil : [$0] } ?? []
+    }
 
     /// Attempts made against the total allowed. Each read returns a new `Progress` made from one
     /// consistent count.
@@ -92,7 +111,7 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
     public override func didCancel() {
         let (current, waiting) = attempts.withLock { attempts in
             attempts.cancelRequested = true
-            return (attempts.made.last, attempts.phase == .waiting)
+            return (attempts.current, attempts.phase == .waiting)
         }
         if waiting {
             end { $0.finish() }
@@ -118,7 +137,9 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
         let launched = attempts.withLock { attempts -> Bool in
             guard attempts.phase != .done else { return false }
             attempts.phase = .attempting
-            attempts.made.append(operation)
+            attempts.current = operation
+            attempts.count = number
+            if keepsFinishedChildren { attempts.made.append(operation) }
             attempts.progress.completed = Int64(number)
             return true
         }
@@ -167,12 +188,15 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
 
     /// Ends the retry once, whichever of an attempt, a cancellation or a timer gets here first.
     private func end(_ finishing: (RetryOperation<Output>) -> Void) {
-        let first = attempts.withLock { attempts -> Bool in
-            guard attempts.phase != .done else { return false }
+        let (first, last) = attempts.withLock { attempts -> (Bool, ResultOperation<Output>?) in
+            guard attempts.phase != .done else { return (false, nil) }
             attempts.phase = .done
-            return true
+            defer { attempts.current = nil }
+            return (true, attempts.current)
         }
         guard first else { return }
         finishing(self)
+        // The last attempt is let go here, outside the lock (it may be a composite with work to free).
+        withExtendedLifetime(last) {}
     }
 }

@@ -25,6 +25,11 @@ import Foundation
 /// running child (a suspended sequence finishes cancelled at once); every step it took but did not
 /// run finishes cancelled. ``progress`` counts finished children. Sequences and groups nest to any
 /// depth.
+///
+/// **A finished child is let go** once its output has been handed to the next one: a sequence of
+/// 100,000 steps holds the steps not taken yet and the one running, not every step it ran. To inspect
+/// the children afterwards (``children``, ``childOutcomes``), create it with
+/// `keepsFinishedChildren: true`.
 open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, ProgressReporting, @unchecked Sendable {
     private enum Source {
         case list
@@ -35,6 +40,7 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
         /// The list form's steps not taken yet (the generator form's first step), in order.
         var untaken: [Operation?] = []
         var nextUntaken = 0
+        /// Every child launched, in order, when the sequence keeps finished children.
         var launched: [Operation] = []
         var current: Operation?
         var isSuspended = false
@@ -78,6 +84,9 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
     private let steps: Mutex<Steps>
     private let configurationError: BatonError?
 
+    /// Whether the sequence keeps its finished children for ``children`` and ``childOutcomes``.
+    public let keepsFinishedChildren: Bool
+
     /// Creates a sequence of the given operations.
     ///
     /// - Parameters:
@@ -85,9 +94,12 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
     ///     held by no chain, composite or wait; otherwise the sequence fails at start with the
     ///     ``BatonError`` that names the child.
     ///   - adapter: What passes between neighbours; ``ChainAdapter/default`` forwards outputs into inputs.
-    public init(operations: [Operation], adapter: ChainAdapter = .default) {
+    ///   - keepsFinishedChildren: Whether the sequence keeps every child it ran (and so its output)
+    ///     until it is freed. Default: `false`, a finished child is let go once handed on.
+    public init(operations: [Operation], adapter: ChainAdapter = .default, keepsFinishedChildren: Bool = false) {
         source = .list
         self.adapter = adapter
+        self.keepsFinishedChildren = keepsFinishedChildren
         // Every operation this sequence could claim is its own: it runs them, or, when the sequence
         // fails at start (a duplicate, an operation held elsewhere), it retires them.
         var problem: BatonError?
@@ -123,9 +135,15 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
     ///     sequence with that operation's output. It runs on the thread that finished the operation.
     ///     A step it returns that a chain, composite or wait already holds fails the sequence with
     ///     ``BatonError/alreadyEnqueued(operation:)``.
-    public init(first: Operation, adapter: ChainAdapter = .default, next: @escaping @Sendable (Operation) -> Operation?) {
+    ///   - keepsFinishedChildren: Whether the sequence keeps every child it ran until it is freed.
+    ///     Default: `false`, a finished child is let go once handed on.
+    public init(
+        first: Operation, adapter: ChainAdapter = .default, keepsFinishedChildren: Bool = false,
+        next: @escaping @Sendable (Operation) -> Operation?
+    ) {
         source = .generator(next: next)
         self.adapter = adapter
+        self.keepsFinishedChildren = keepsFinishedChildren
         var problem: BatonError?
         do { try first.claim() } catch { problem = error }
         configurationError = problem
@@ -153,10 +171,16 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
     /// when the child has finished. Each read returns a new `Progress` made from one consistent count.
     public final var progress: Progress { steps.withLock { $0.progress }.snapshot() }
 
-    /// The children started so far, in order.
-    public final var children: [Operation] { steps.withLock { $0.launched } }
+    /// The children the sequence holds: every child started so far, in order, when it keeps finished
+    /// children; otherwise only the one running (none between steps and after the end).
+    public final var children: [Operation] {
+        let (launched, current) = steps.withLock { ($0.launched, $0.current) }
+        if keepsFinishedChildren { return launched }
+        return current.flatMap { $0.isFinished ? nil : [$0] } ?? []
+    }
 
-    /// The outcome of each child that has finished, in order (`()` for children without an output).
+    /// The outcome of each child the sequence holds that has finished, in order (`()` for children
+    /// without an output): every child's, when it keeps finished children; otherwise none.
     public final var childOutcomes: [Outcome<any Sendable>] {
         children.filter(\.isFinished).map { $0.observedOutcome.map { $0 ?? () } }
     }
@@ -298,7 +322,7 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
                 return .park
             }
             steps.current = next
-            steps.launched.append(next)
+            if keepsFinishedChildren { steps.launched.append(next) }
             return .launch(next)
         }
         switch decision {

@@ -138,15 +138,21 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: TreeNodeGraph, @
                 let operation: ResultOperation<Output> = configuration.maximumAttempts == 1
                     ? make()
                     : RetryOperation(maximumAttempts: configuration.maximumAttempts, delay: configuration.delay) { _ in make() }
-                run.launch(operation, path: itemPath, parent: scope) { outcome, operationScope in
+                let subtreeObservers = configuration.subtreeObservers
+                run.launch(operation, path: itemPath, parent: scope, finished: { outcome, operationScope in
                     for observer in configuration.finishObservers { observer(outcome) }
                     guard case .succeeded(let output) = outcome else { return }
                     for child in configuration.children { child.run(output, itemPath, operationScope, run) }
-                } subtreeFinished: { outcome in
-                    for observer in configuration.subtreeObservers { observer(outcome) }
-                }
+                }, subtreeFinished: subtreeObservers.isEmpty ? nil : Self.notifying(subtreeObservers))
             }
         }
+    }
+}
+
+extension TreeNode {
+    /// One callback that calls every observer in turn.
+    static func notifying(_ observers: [@Sendable (Outcome<Output>) -> Void]) -> @Sendable (Outcome<Output>) -> Void {
+        { outcome in for observer in observers { observer(outcome) } }
     }
 }
 

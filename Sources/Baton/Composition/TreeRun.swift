@@ -108,17 +108,21 @@ final class TreeRun: @unchecked Sendable {
         path: [String],
         parent: Scope,
         finished: @escaping @Sendable (Outcome<Output>, Scope) -> Void,
-        subtreeFinished: @escaping @Sendable (Outcome<Output>) -> Void
+        subtreeFinished: (@Sendable (Outcome<Output>) -> Void)?
     ) {
         do {
             try operation.claim()
         } catch {
             return record(path: path, operation: operation, error: error)
         }
+        // The outcome (and so the output) is kept until the subtree finishes only when someone asked
+        // for it there; otherwise it is let go once the node's children have it.
         let box = Mutex<Outcome<Output>?>(nil)
-        let scope = open(parent: parent) {
-            if let outcome = box.withLock({ $0 }) { subtreeFinished(outcome) }
+        var whenSubtreeFinished: (@Sendable () -> Void)?
+        if let subtreeFinished {
+            whenSubtreeFinished = { if let outcome = box.withLock({ $0 }) { subtreeFinished(outcome) } }
         }
+        let scope = open(parent: parent, finished: whenSubtreeFinished)
         let cancelled = state.withLock { state -> Bool in
             state.live[ObjectIdentifier(operation)] = operation
             state.progress.total += 1
@@ -130,7 +134,7 @@ final class TreeRun: @unchecked Sendable {
                 state.progress.completed += 1
             }
             let outcome = operation.outcome ?? .cancelled
-            box.withLock { $0 = outcome }
+            if subtreeFinished != nil { box.withLock { $0 = outcome } }
             finished(outcome, scope)
             switch outcome {
             case .succeeded:

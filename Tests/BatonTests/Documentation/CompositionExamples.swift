@@ -82,8 +82,9 @@ final class CompositionExamples: BatonTestCase {
         }
         OperationQueue().addOperation(pages)
         pages.waitUntilFinished()
-        print(pages.output!, pages.children.count)   // 5 5
+        print(pages.output!, pages.progress.completedUnitCount)   // 5 5
         XCTAssertEqual(pages.output, 5)
+        XCTAssertEqual(pages.progress.completedUnitCount, 5)
     }
 
     func testNesting() {

@@ -33,7 +33,7 @@ final class ReadmeExamples: BatonTestCase {
         let text = try chain.wait(timeout: .seconds(5))   // a String: the chain is typed
         print(text)
         print(chain.outcome!)
-        print("\(chain.operations.count) operations, adapters included")
+        print("\(chain.unfinishedOperations.count) operations left: the handle let go of each one it finished")
 
         struct DemoError: Error {}
         let failing = try queue.addChain(Chain(ResultBlockOperation<Int> { $0.finish(throwing: DemoError()) }).then(Square()))
@@ -46,7 +46,7 @@ final class ReadmeExamples: BatonTestCase {
         // The README's "Output" block, line by line.
         XCTAssertEqual(text, "the square is 16")
         XCTAssertEqual("\(chain.outcome!)", "succeeded(the square is 16)")
-        XCTAssertEqual("\(chain.operations.count) operations, adapters included", "5 operations, adapters included")
+        XCTAssertEqual("\(chain.unfinishedOperations.count) operations left: the handle let go of each one it finished", "0 operations left: the handle let go of each one it finished")
         XCTAssertThrowsError(try failing.wait(timeout: .seconds(5))) { XCTAssertEqual("failed: \($0)", "failed: DemoError()") }
     }
 }
