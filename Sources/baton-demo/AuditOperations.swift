@@ -1,114 +1,126 @@
 import Baton
 import Foundation
 
-/// What one directory holds: the files to audit and the directories to walk next.
+/// What one directory holds: the files to read and the directories to walk next.
 struct Listing: Sendable {
-    let directory: URL
-    let files: [URL]
-    let subdirectories: [URL]
+    let directory: String
+    let files: [FoundFile]
+    let subdirectories: [String]
 }
 
-/// What the audit records for one file.
+/// A regular file found by a listing, with the size it had then.
+struct FoundFile: Sendable {
+    let path: String
+    let size: Int
+}
+
+/// What the audit records for one file read to the end.
 struct FileRecord: Sendable {
+    /// The path below the audited directory.
     let path: String
     let bytes: Int
     let checksum: UInt64
 }
 
-/// Lists one directory (hidden entries and `.build` folders left out).
+/// What became of one file.
+enum FileAudit: Sendable {
+    case checksummed(FileRecord)
+    case unreadable(path: String, size: Int, reason: String)
+}
+
+/// Lists one directory with `lstat`: regular files, subdirectories, and the symbolic links and special
+/// files it skips (counted in the ledger). Hidden entries are left out.
 final class ListDirectory: ResultOperation<Listing>, @unchecked Sendable {
-    let directory: URL
-
-    init(_ directory: URL) {
-        self.directory = directory
-        super.init()
-        name = "list \(directory.path)"
-    }
-
-    override func execute() {
-        do {
-            let entries = try FileManager.default.contentsOfDirectory(
-                at: directory, includingPropertiesForKeys: [.isDirectoryKey, .isSymbolicLinkKey], options: [.skipsHiddenFiles])
-            var files = [URL]()
-            var subdirectories = [URL]()
-            for entry in entries.sorted(by: { $0.path < $1.path }) {
-                let values = try? entry.resourceValues(forKeys: [.isDirectoryKey, .isSymbolicLinkKey])
-                if values?.isSymbolicLink == true,
-                   (try? entry.resolvingSymlinksInPath().resourceValues(forKeys: [.isDirectoryKey]))?.isDirectory == true {
-                    continue   // a link to a directory: not followed, so that the walk cannot loop
-                }
-                if values?.isDirectory == true {
-                    if !entry.lastPathComponent.hasPrefix(".build") { subdirectories.append(entry) }
-                } else {
-                    files.append(entry)
-                }
-            }
-            finish(with: Listing(directory: directory, files: files, subdirectories: subdirectories))
-        } catch {
-            finish(throwing: error)
-        }
-    }
-}
-
-/// Reads a file.
-final class ReadFile: ResultOperation<Data>, @unchecked Sendable {
-    let file: URL
-
-    init(_ file: URL) {
-        self.file = file
-        super.init()
-        name = "read \(file.lastPathComponent)"
-    }
-
-    override func execute() {
-        do {
-            let data = try Data(contentsOf: file)
-            if isCancelled { finish() } else { finish(with: data) }
-        } catch {
-            finish(throwing: AuditError.unreadable(path: file.path, reason: (error as NSError).localizedDescription))
-        }
-    }
-}
-
-/// Checksums its input with 64-bit FNV-1a, stopping early when cancelled.
-final class Checksum: TransformOperation<Data, (bytes: Int, checksum: UInt64)>, @unchecked Sendable {
-    override func execute() {
-        guard let data = input else { return finish(throwing: BatonError.missingInput(operation: OperationReference(self))) }
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for (index, byte) in data.enumerated() {
-            if index % 65_536 == 0 && isCancelled { return finish() }
-            hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
-        }
-        finish(with: (data.count, hash))
-    }
-}
-
-/// Records a file's checksum in the ledger and passes the record on.
-final class Record: TransformOperation<(bytes: Int, checksum: UInt64), FileRecord>, @unchecked Sendable {
-    let file: URL
+    let directory: String
     let ledger: Ledger
 
-    init(_ file: URL, in ledger: Ledger) {
-        self.file = file
+    init(_ directory: String, ledger: Ledger) {
+        self.directory = directory
         self.ledger = ledger
+        super.init()
+        name = "list \(directory)"
+    }
+
+    override func execute() {
+        guard let stream = opendir(directory) else {
+            let reason = String(cString: strerror(errno))
+            ledger.unreadableDirectory(directory, reason: reason)
+            return finish(with: Listing(directory: directory, files: [], subdirectories: []))
+        }
+        defer { closedir(stream) }
+        var files = [FoundFile]()
+        var subdirectories = [String]()
+        var links = 0
+        var special = 0
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            if name.hasPrefix(".") { continue }   // ".", "..", and hidden entries
+            let path = directory.hasSuffix("/") ? directory + name : directory + "/" + name
+            var status = stat()
+            guard lstat(path, &status) == 0 else {
+                files.append(FoundFile(path: path, size: 0))   // reported as unreadable when read
+                continue
+            }
+            switch status.st_mode & S_IFMT {
+            case S_IFREG: files.append(FoundFile(path: path, size: Int(status.st_size)))
+            case S_IFDIR: subdirectories.append(path)
+            case S_IFLNK: links += 1
+            default: special += 1
+            }
+        }
+        ledger.listed(files: files, links: links, special: special)
+        finish(with: Listing(directory: directory, files: files, subdirectories: subdirectories))
+    }
+}
+
+/// Reads a file in chunks of at most 1 MiB and checksums it (XXH64) as it goes, so memory stays
+/// bounded whatever the file's size; stops between chunks when cancelled.
+final class ChecksumFile: ResultOperation<FileAudit>, @unchecked Sendable {
+    static let chunkSize = 1 << 20
+
+    let file: FoundFile
+    let relativePath: String
+    /// Runs just before the file is opened (tests use it to make a file vanish).
+    let beforeRead: (@Sendable (ChecksumFile) -> Void)?
+
+    init(_ file: FoundFile, relativePath: String, beforeRead: (@Sendable (ChecksumFile) -> Void)?) {
+        self.file = file
+        self.relativePath = relativePath
+        self.beforeRead = beforeRead
         super.init()
     }
 
     override func execute() {
-        guard let (bytes, checksum) = input else { return finish(throwing: BatonError.missingInput(operation: OperationReference(self))) }
-        let record = FileRecord(path: file.path, bytes: bytes, checksum: checksum)
-        ledger.add(record)
-        finish(with: record)
-    }
-}
-
-/// Why a file could not be audited.
-enum AuditError: Error, CustomStringConvertible {
-    case unreadable(path: String, reason: String)
-
-    var description: String {
-        switch self {
-        case .unreadable(let path, let reason): return "\(path): \(reason)"
+        beforeRead?(self)
+        let descriptor = open(file.path, O_RDONLY | O_NOFOLLOW)
+        guard descriptor >= 0 else { return unreadable(errno) }
+        defer { close(descriptor) }
+        // A buffer as large as the file (a multiple of 32 bytes, as XXH64 needs), up to a chunk.
+        let capacity = min(Self.chunkSize, max(64, (file.size + 32) / 32 * 32))
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 16)
+        defer { buffer.deallocate() }
+        var hash = XXH64()
+        var total = 0
+        while true {
+            if isCancelled { return finish() }
+            var filled = 0
+            while filled < capacity {
+                let count = read(descriptor, buffer.baseAddress! + filled, capacity - filled)
+                if count < 0 {
+                    if errno == EINTR { continue }
+                    return unreadable(errno)
+                }
+                if count == 0 { break }
+                filled += count
+            }
+            hash.update(UnsafeRawBufferPointer(rebasing: buffer[..<filled]))
+            total += filled
+            if filled < capacity { break }
         }
+        finish(with: .checksummed(FileRecord(path: relativePath, bytes: total, checksum: hash.digest)))
+    }
+
+    private func unreadable(_ code: Int32) {
+        finish(with: .unreadable(path: relativePath, size: file.size, reason: String(cString: strerror(code))))
     }
 }

@@ -2,105 +2,211 @@ import Baton
 import Dispatch
 import Foundation
 
+let usage = """
+    usage: baton-demo [DIRECTORY] [--concurrency N] [--manifest FILE]
+
+    Reads every file under DIRECTORY (default: the current directory) in chunks of at most 1 MiB,
+    N files at a time (default 4), checksums each (XXH64) and prints a summary.
+      --concurrency N, -j N   how many operations run at once (at least 1)
+      --manifest FILE         writes one line per file, sorted by path: checksum, size, path
+    Symbolic links are counted, not followed; hidden entries and special files are skipped.
+    Exit status: 0 every file read, 1 some could not be read, 2 usage error, 130 interrupted.
+    """
+
+/// What the command line asked for.
+struct DemoOptions: Equatable {
+    var directory = "."
+    var concurrency = 4
+    var manifest: String?
+
+    /// Parses the arguments (without the program name); a usage error says what was wrong.
+    static func parse(_ arguments: [String]) -> Result<DemoOptions?, UsageError> {
+        var options = DemoOptions()
+        var directory: String?
+        var iterator = arguments.makeIterator()
+        while let argument = iterator.next() {
+            switch argument {
+            case "--help", "-h":
+                return .success(nil)
+            case "--concurrency", "-j":
+                guard let value = iterator.next().flatMap(Int.init), value > 0 else {
+                    return .failure(UsageError("--concurrency needs a positive number"))
+                }
+                options.concurrency = value
+            case "--manifest":
+                guard let file = iterator.next(), !file.isEmpty else { return .failure(UsageError("--manifest needs a file name")) }
+                options.manifest = file
+            default:
+                if argument.hasPrefix("-") && argument != "-" { return .failure(UsageError("unknown option \(argument)")) }
+                if directory != nil { return .failure(UsageError("one directory only (got \(directory!) and \(argument))")) }
+                directory = argument
+            }
+        }
+        if let directory { options.directory = directory }
+        return .success(options)
+    }
+}
+
+/// A command line the demo cannot run.
+struct UsageError: Error, Equatable {
+    let message: String
+    init(_ message: String) { self.message = message }
+}
+
 /// Runs the audit with the command line's arguments and returns the exit status.
 ///
 /// A plain function, not top-level code: `main.swift`'s top level is main-actor isolated, and the
-/// signal and timer handlers below run on other queues.
-func runDemo(_ commandLine: [String]) -> Int32 {
-    var arguments = commandLine.dropFirst().makeIterator()
-    var directory = FileManager.default.currentDirectoryPath
-    var concurrency = 4
-    while let argument = arguments.next() {
-        switch argument {
-        case "--concurrency", "-j":
-            guard let value = arguments.next().flatMap(Int.init), value > 0 else {
-                FileHandle.standardError.write(Data("baton-demo: --concurrency needs a positive number\n".utf8))
-                return 2
-            }
-            concurrency = value
-        case "--help", "-h":
-            print("usage: baton-demo [DIRECTORY] [--concurrency N]   (default: the current directory, 4)")
-            return 0
-        default:
-            directory = argument
-        }
+/// signal and timer handlers below run on other queues. `beforeRead` is a test seam.
+func runDemo(_ commandLine: [String], beforeRead: (@Sendable (ChecksumFile) -> Void)? = nil) -> Int32 {
+    let options: DemoOptions
+    switch DemoOptions.parse(Array(commandLine.dropFirst())) {
+    case .success(nil):
+        print(usage)
+        return 0
+    case .success(let parsed?):
+        options = parsed
+    case .failure(let error):
+        standardError("baton-demo: \(error.message)\n\(usage)\n")
+        return 2
     }
-
     var isDirectory: ObjCBool = false
-    guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
-        FileHandle.standardError.write(Data("baton-demo: \(directory) is not a directory\n".utf8))
+    guard FileManager.default.fileExists(atPath: options.directory, isDirectory: &isDirectory), isDirectory.boolValue else {
+        standardError("baton-demo: \(options.directory) is not a directory\n")
         return 2
     }
 
-    let audit = DirectoryAudit(root: URL(fileURLWithPath: directory).standardizedFileURL, concurrency: concurrency)
+    let audit = DirectoryAudit(root: options.directory, concurrency: options.concurrency, beforeRead: beforeRead)
     let tree = audit.makeTree()
     let started = DispatchTime.now()
     let done = DispatchSemaphore(value: 0)
-    tree.whenFinishedForDemo { done.signal() }
+    let ending = Ending()
+    tree.onFinish { outcome in
+        ending.set(outcome)
+        done.signal()
+    }
 
-    // Ctrl-C cancels the tree; the second one quits at once.
-    signal(SIGINT, SIG_IGN)
-    let interrupts = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
-    let interrupted = InterruptCount()
-    interrupts.setEventHandler {
-        if interrupted.increment() > 1 { exit(130) }
-        FileHandle.standardError.write(Data("\nbaton-demo: cancelling…\n".utf8))
+    // Ctrl-C cancels the tree, and the summary below is printed once it has stopped; a second one
+    // quits at once.
+    let interrupts = InterruptWatch.start { count in
+        if count > 1 { exit(130) }
+        standardError("\nbaton-demo: cancelling (Ctrl-C again to quit at once)…\n")
         tree.cancel()
     }
-    interrupts.resume()
+    defer { interrupts.stop() }
 
-    // The live progress line.
-    let ticker = DispatchSource.makeTimerSource(queue: .global())
-    ticker.schedule(deadline: .now(), repeating: .milliseconds(200))
-    ticker.setEventHandler {
-        let counts = audit.ledger.snapshot
-        let line = "\r\(counts.records.count)/\(counts.found) files checksummed, \(counts.failures.count) unreadable, \(counts.directories) directories   "
-        FileHandle.standardError.write(Data(line.utf8))
-    }
-    ticker.resume()
+    // The live progress line, on a terminal only.
+    let ticker = isatty(STDERR_FILENO) == 1 ? DispatchSource.makeTimerSource(queue: .global()) : nil
+    ticker?.schedule(deadline: .now(), repeating: .milliseconds(200))
+    ticker?.setEventHandler { standardError("\r\u{1B}[K" + progressLine(audit.ledger.snapshot)) }
+    ticker?.resume()
 
     OperationQueue().addOperation(tree)
     done.wait()
-    ticker.cancel()
+    ticker?.cancel()
+    if ticker != nil { standardError("\r\u{1B}[K") }
 
     let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
     let counts = audit.ledger.snapshot
-    let bytes = counts.records.reduce(0) { $0 + $1.bytes }
-    let combined = counts.records.sorted { $0.path < $1.path }.reduce(UInt64(0)) { $0 &* 31 &+ $1.checksum }
-    FileHandle.standardError.write(Data("\n".utf8))
     print("""
-        Audited \(audit.root.path)
+        Audited \(options.directory)
           directories:    \(counts.directories)
-          files:          \(counts.records.count) checksummed of \(counts.found) found
-          bytes:          \(bytes)
-          unreadable:     \(counts.failures.count)
-          tree checksum:  \(String(combined, radix: 16))
-          outcome:        \(tree.outcome.map { "\($0)" } ?? "unfinished")
-          time:           \(String(format: "%.3f", seconds)) s with \(concurrency) files at a time
+          files:          \(counts.filesRead) read of \(counts.filesFound) found
+          bytes:          \(counts.bytesRead) (\(formatted(bytes: counts.bytesRead)))
+          unreadable:     \(counts.unreadable)
+          not followed:   \(counts.links) symbolic links, \(counts.special) special files
+          tree checksum:  \(hex(audit.treeChecksum()))
+          outcome:        \(ending.outcome.map { "\($0)" } ?? "unfinished")
+          time:           \(String(format: "%.3f", seconds)) s, \(options.concurrency) at a time
         """)
-    for failure in counts.failures.prefix(10) { print("  unreadable: \(failure)") }
-    if counts.failures.count > 10 { print("  … and \(counts.failures.count - 10) more") }
-    if tree.outcome?.isCancelled == true {
-        print("Cancelled: the \(counts.records.count) files above were finished; the rest were not started or were stopped.")
+    let problems = audit.ledger.sortedProblems
+    for problem in problems.prefix(10) { print("  unreadable: \(problem.path): \(problem.reason)") }
+    if problems.count > 10 { print("  … and \(problems.count - 10) more") }
+
+    var status: Int32 = counts.unreadable > 0 ? 1 : 0
+    if let manifest = options.manifest {
+        do {
+            try Data(audit.manifest().utf8).write(to: URL(fileURLWithPath: manifest))
+            print("Manifest: \(manifest) (\(counts.filesRead + counts.unreadable) lines)")
+        } catch {
+            standardError("baton-demo: cannot write the manifest \(manifest): \(error.localizedDescription)\n")
+            status = 1
+        }
+    }
+    if ending.outcome?.isCancelled == true {
+        print("Interrupted: the \(counts.filesRead) files above were read to the end; the rest were not, or not completely.")
         return 130
     }
-    return 0
+    return status
 }
 
-/// Counts Ctrl-C presses.
-final class InterruptCount: @unchecked Sendable {
+/// The live progress line: files and bytes read against what the walk has found so far.
+func progressLine(_ counts: Ledger.Counts) -> String {
+    let percent = counts.bytesFound > 0 ? Double(counts.bytesRead) / Double(counts.bytesFound) * 100 : 0
+    return "\(counts.filesRead)/\(counts.filesFound) files, \(formatted(bytes: counts.bytesRead)) of \(formatted(bytes: counts.bytesFound)) found so far "
+        + "(\(String(format: "%.0f", percent))%), \(counts.unreadable) unreadable"
+}
+
+/// Bytes in binary units with one decimal ("1.5 GiB").
+func formatted(bytes: Int) -> String {
+    var value = Double(bytes)
+    for unit in ["bytes", "KiB", "MiB", "GiB"] {
+        if value < 1024 { return unit == "bytes" ? "\(bytes) bytes" : String(format: "%.1f %@", value, unit) }
+        value /= 1024
+    }
+    return String(format: "%.1f TiB", value)
+}
+
+func standardError(_ text: String) {
+    FileHandle.standardError.write(Data(text.utf8))
+}
+
+/// The tree's outcome, handed from its finish callback to the thread that prints the summary.
+final class Ending: @unchecked Sendable {
     private let lock = NSLock()
-    private var count = 0
-    func increment() -> Int { lock.withLock { count += 1; return count } }
+    private var stored: Outcome<Void>?
+    func set(_ outcome: Outcome<Void>) { lock.withLock { stored = outcome } }
+    var outcome: Outcome<Void>? { lock.withLock { stored } }
 }
 
-extension TreeOperation {
-    /// Calls `body` once the tree has finished (its outcome observers run just before).
-    func whenFinishedForDemo(_ body: @escaping @Sendable () -> Void) {
-        let previous = completionBlock
-        completionBlock = {
-            previous?()
-            body()
+/// Turns SIGINT into calls of a closure, on a thread of its own: the signal handler only writes a
+/// byte to a pipe (all a handler may safely do), and the thread reads it.
+final class InterruptWatch: Sendable {
+    /// The pipe's write end, for the handler (set before the handler is installed).
+    nonisolated(unsafe) private static var writeEnd: Int32 = -1
+    private let readEnd: Int32
+    private let writeEnd: Int32
+
+    private init(readEnd: Int32, writeEnd: Int32) {
+        self.readEnd = readEnd
+        self.writeEnd = writeEnd
+    }
+
+    /// Installs the handler; `onInterrupt` is given the number of Ctrl-Cs so far.
+    static func start(_ onInterrupt: @escaping @Sendable (Int) -> Void) -> InterruptWatch {
+        var ends: [Int32] = [0, 0]
+        guard pipe(&ends) == 0 else { return InterruptWatch(readEnd: -1, writeEnd: -1) }
+        let watch = InterruptWatch(readEnd: ends[0], writeEnd: ends[1])
+        let readEnd = ends[0]
+        Thread {
+            var byte: UInt8 = 0
+            var count = 0
+            while read(readEnd, &byte, 1) == 1 {
+                count += 1
+                onInterrupt(count)
+            }
+            close(readEnd)
+        }.start()
+        writeEnd = ends[1]
+        signal(SIGINT) { _ in
+            var byte: UInt8 = 1
+            _ = write(InterruptWatch.writeEnd, &byte, 1)
         }
+        return watch
+    }
+
+    /// Puts the default handler back and ends the thread.
+    func stop() {
+        signal(SIGINT, SIG_DFL)
+        if writeEnd >= 0 { close(writeEnd) }
     }
 }

@@ -1,75 +1,127 @@
 import Baton
 import Foundation
 
-/// The counts the audit keeps while it runs, safe from any thread.
+/// What the audit has counted so far, safe from any thread.
 final class Ledger: @unchecked Sendable {
+    /// The counts, without the records (cheap to take while the audit runs).
+    struct Counts: Sendable {
+        var directories = 0
+        var filesFound = 0
+        var bytesFound = 0
+        var filesRead = 0
+        var bytesRead = 0
+        var links = 0
+        var special = 0
+        var unreadable = 0
+    }
+
     private let lock = NSLock()
+    private var counts = Counts()
     private var records: [FileRecord] = []
-    private var failures: [String] = []
-    private var found = 0
-    private var directories = 0
+    private var problems: [(path: String, size: Int, reason: String)] = []
 
-    func add(_ record: FileRecord) { lock.withLock { records.append(record) } }
-    func fail(_ message: String) { lock.withLock { failures.append(message) } }
-    func discovered(files: Int) { lock.withLock { found += files; directories += 1 } }
+    func listed(files: [FoundFile], links: Int, special: Int) {
+        lock.withLock {
+            counts.directories += 1
+            counts.filesFound += files.count
+            counts.bytesFound += files.reduce(0) { $0 + $1.size }
+            counts.links += links
+            counts.special += special
+        }
+    }
 
-    /// A consistent copy of the counts.
-    var snapshot: (records: [FileRecord], failures: [String], found: Int, directories: Int) {
-        lock.withLock { (records, failures, found, directories) }
+    func unreadableDirectory(_ path: String, reason: String) {
+        lock.withLock {
+            counts.unreadable += 1
+            problems.append((path, 0, reason))
+        }
+    }
+
+    func record(_ audit: FileAudit) {
+        lock.withLock {
+            switch audit {
+            case .checksummed(let record):
+                counts.filesRead += 1
+                counts.bytesRead += record.bytes
+                records.append(record)
+            case .unreadable(let path, let size, let reason):
+                counts.unreadable += 1
+                problems.append((path, size, reason))
+            }
+        }
+    }
+
+    var snapshot: Counts { lock.withLock { counts } }
+
+    /// Every file read, sorted by path.
+    var sortedRecords: [FileRecord] { lock.withLock { records }.sorted { $0.path.utf8.lexicographicallyPrecedes($1.path.utf8) } }
+
+    /// Every file or directory that could not be read, sorted by path.
+    var sortedProblems: [(path: String, size: Int, reason: String)] {
+        lock.withLock { problems }.sorted { $0.path.utf8.lexicographicallyPrecedes($1.path.utf8) }
     }
 }
 
-/// Walks a directory tree with a `TreeOperation`; for each directory, a group of bounded
-/// concurrency runs one chain per file: read → checksum → record.
-struct DirectoryAudit {
-    let root: URL
+/// Walks a directory tree with a `TreeOperation`: one node lists the root, a recursive node lists every
+/// subdirectory, and under each listing one operation per file reads and checksums it. The tree runs
+/// `concurrency` operations at a time; each file's outcome is recorded by the node's `onFinish`
+/// callback, after which the tree lets go of it, so memory stays bounded by what is in flight.
+struct DirectoryAudit: Sendable {
+    /// The directory as given (paths in records and the manifest are relative to it).
+    let root: String
     let concurrency: Int
     let ledger = Ledger()
+    /// Runs just before each file is opened (a test seam).
+    var beforeRead: (@Sendable (ChecksumFile) -> Void)?
 
-    /// Builds the operation tree. Its root lists `root`; a recursive node lists every subdirectory;
-    /// under each listing, a group checksums the files.
-    func makeTree() -> TreeOperation<URL> {
-        let top = TreeNode<URL, Listing>("directory") { ListDirectory($0) }
-        let subdirectories = TreeNode<Listing, Listing>("directory", items: { $0.subdirectories }) { ListDirectory($0) }
-        let files = TreeNode<Listing, Int>("files") { [ledger, concurrency] listing in
-            ledger.discovered(files: listing.files.count)
-            return FileGroup(listing: listing, concurrency: concurrency, ledger: ledger)
+    init(root: String, concurrency: Int, beforeRead: (@Sendable (ChecksumFile) -> Void)? = nil) {
+        self.root = root
+        self.concurrency = concurrency
+        self.beforeRead = beforeRead
+    }
+
+    /// Builds the operation tree.
+    func makeTree() -> TreeOperation<String> {
+        let ledger = ledger
+        let beforeRead = beforeRead
+        let prefix = root.hasSuffix("/") ? root.count : root.count + 1
+        let top = TreeNode<String, Listing>("directory") { ListDirectory($0, ledger: ledger) }
+        let subdirectories = TreeNode<Listing, Listing>("directory", items: { $0.subdirectories }) { ListDirectory($0, ledger: ledger) }
+        let files = TreeNode<Listing, FileAudit>("file", items: { $0.files }) { file in
+            ChecksumFile(file, relativePath: String(file.path.dropFirst(prefix)), beforeRead: beforeRead)
+        }
+        files.onFinish { outcome in
+            if case .succeeded(let audit) = outcome { ledger.record(audit) }
         }
         top.addChild(subdirectories)
         top.addChild(files)
         subdirectories.addChild(subdirectories)
         subdirectories.addChild(files)
-        // One directory's group at a time: the group's own limit is the audit's concurrency.
-        return TreeOperation(root: top, input: root, maxConcurrentOperationCount: 1)
+        return TreeOperation(root: top, input: root, maxConcurrentOperationCount: concurrency)
+    }
+
+    /// One line per file, sorted by path: the checksum (16 hex digits, or `unreadable`), the size in
+    /// bytes, and the path below the root.
+    func manifest() -> String {
+        var lines = ledger.sortedRecords.map { ManifestLine(path: $0.path, text: "\(hex($0.checksum)) \($0.bytes) \($0.path)") }
+        lines += ledger.sortedProblems.map { ManifestLine(path: $0.path, text: "unreadable \($0.size) \($0.path)") }
+        lines.sort { $0.path.utf8.lexicographicallyPrecedes($1.path.utf8) }
+        return lines.map { $0.text + "\n" }.joined()
+    }
+
+    /// One checksum for the whole tree: the files' checksums combined in path order.
+    func treeChecksum() -> UInt64 {
+        ledger.sortedRecords.reduce(UInt64(0)) { $0 &* 31 &+ $1.checksum }
     }
 }
 
-/// Checksums the files of one directory, `concurrency` at a time; a file that fails is recorded in the
-/// ledger and the others go on. Its output is the number of files recorded.
-final class FileGroup: ResultOperation<Int>, @unchecked Sendable {
-    private let group: GroupOperation
-    private let ledger: Ledger
+private struct ManifestLine {
+    let path: String
+    let text: String
+}
 
-    init(listing: Listing, concurrency: Int, ledger: Ledger) {
-        self.ledger = ledger
-        let chains = listing.files.map { file in
-            SequenceOperation<FileRecord>(operations: [ReadFile(file), Checksum(), Record(file, in: ledger)])
-        }
-        group = GroupOperation(operations: chains, maxConcurrentOperationCount: concurrency)
-        super.init()
-        name = "files of \(listing.directory.lastPathComponent)"
-    }
-
-    override func execute() {
-        group.onFinish { [self, ledger] _ in
-            for error in group.errors { ledger.fail("\(error)") }
-            let recorded = group.children.filter { ($0 as? SequenceOperation<FileRecord>)?.output != nil }.count
-            if isCancelled { finish() } else { finish(with: recorded) }
-        }
-        group.start()
-    }
-
-    override func didCancel() {
-        group.cancel()
-    }
+/// Sixteen lower-case hex digits.
+func hex(_ value: UInt64) -> String {
+    let digits = String(value, radix: 16)
+    return String(repeating: "0", count: 16 - digits.count) + digits
 }

@@ -4,10 +4,10 @@ import Foundation
 
 // baton-demo: audits a directory tree — every file read, checksummed and recorded — with Baton.
 //
-//   swift run baton-demo [DIRECTORY] [--concurrency N]
+//   swift run -c release baton-demo [DIRECTORY] [--concurrency N] [--manifest FILE]
 //
-// The walk is a TreeOperation (one node recurses into subdirectories); each directory's files go
-// through a group of bounded concurrency, one chain per file: read → checksum → record. A live
-// progress line runs on standard error; Ctrl-C cancels cleanly and reports what finished.
+// The walk is a TreeOperation: one node lists a directory and recurses into its subdirectories, and
+// one operation per file reads it in 1 MiB chunks and checksums it, N at a time. A live progress line
+// runs on a terminal's standard error; Ctrl-C cancels cleanly and prints the summary.
 
 exit(runDemo(CommandLine.arguments))

@@ -18,11 +18,13 @@ final class DemoTests: BatonTestCase {
                 try Data(String(repeating: "x", count: index * 10 + file).utf8).write(to: url)
             }
         }
-        // Unreadable (as root, permissions do not stop a read, but a dangling link does).
+        // Links are counted and not followed: one to a file (it would count that file twice), one to
+        // a directory above (the walk would loop), one dangling.
+        try FileManager.default.createSymbolicLink(at: directory.appendingPathComponent("a/again.txt"),
+                                                   withDestinationURL: directory.appendingPathComponent("file1.txt"))
+        try FileManager.default.createSymbolicLink(at: directory.appendingPathComponent("a/b/loop"), withDestinationURL: directory)
         try FileManager.default.createSymbolicLink(at: directory.appendingPathComponent("a/dangling"),
                                                    withDestinationURL: directory.appendingPathComponent("missing"))
-        // A link to a directory above: not followed, so the walk cannot loop.
-        try FileManager.default.createSymbolicLink(at: directory.appendingPathComponent("a/b/loop"), withDestinationURL: directory)
     }
 
     override func tearDownWithError() throws {
@@ -30,35 +32,135 @@ final class DemoTests: BatonTestCase {
         try super.tearDownWithError()
     }
 
-    func testTheAuditChecksumsEveryFileAndReportsTheUnreadableOne() throws {
-        let audit = DirectoryAudit(root: directory, concurrency: 3)
-        let tree = audit.makeTree()
-        XCTAssertTrue(try tree.runToOutcome(timeout: testTimeout).isSuccess)
+    private var expectedBytes: Int { (0..<4).reduce(0) { $0 + 5 * $1 * 10 + 10 } }
+
+    func testTheAuditReadsEveryFileOnceAndCountsTheLinksItDoesNotFollow() throws {
+        let audit = DirectoryAudit(root: directory.path, concurrency: 3)
+        XCTAssertTrue(try audit.makeTree().runToOutcome(timeout: testTimeout).isSuccess)
         let counts = audit.ledger.snapshot
         XCTAssertEqual(counts.directories, 4)
-        XCTAssertEqual(counts.found, 21)
-        XCTAssertEqual(counts.records.count, 20)
-        XCTAssertEqual(counts.failures.count, 1)
-        XCTAssertTrue(counts.failures[0].contains("dangling"))
-        XCTAssertEqual(counts.records.reduce(0) { $0 + $1.bytes }, (0..<4).reduce(0) { $0 + 5 * $1 * 10 + 10 })
-        // The same tree gives the same checksums.
-        let again = DirectoryAudit(root: directory, concurrency: 1)
+        XCTAssertEqual(counts.filesFound, 20)
+        XCTAssertEqual(counts.filesRead, 20)
+        XCTAssertEqual(counts.links, 3)
+        XCTAssertEqual(counts.unreadable, 0)
+        XCTAssertEqual(counts.bytesRead, expectedBytes)
+        XCTAssertEqual(counts.bytesFound, expectedBytes)
+        // Paths are relative to the root, so two copies of a tree give the same manifest.
+        XCTAssertEqual(audit.ledger.sortedRecords.first?.path, "a/b/c/file0.txt")
+        let again = DirectoryAudit(root: directory.path + "/", concurrency: 1)
         XCTAssertTrue(try again.makeTree().runToOutcome(timeout: testTimeout).isSuccess)
-        XCTAssertEqual(Set(again.ledger.snapshot.records.map { "\($0.path) \($0.checksum)" }),
-                       Set(counts.records.map { "\($0.path) \($0.checksum)" }))
+        XCTAssertEqual(again.manifest(), audit.manifest())
+        XCTAssertEqual(again.treeChecksum(), audit.treeChecksum())
+    }
+
+    func testTheManifestHasOneSortedLineOfChecksumSizeAndPathPerFile() throws {
+        let manifest = directory.appendingPathComponent("manifest.txt")
+        XCTAssertEqual(runDemo(["baton-demo", directory.path, "--manifest", manifest.path]), 0)
+        let lines = try String(contentsOf: manifest, encoding: .utf8).split(separator: "\n").map(String.init)
+        XCTAssertEqual(lines.count, 20)
+        XCTAssertEqual(lines, lines.sorted { $0.split(separator: " ")[2] < $1.split(separator: " ")[2] })
+        let first = lines[0].split(separator: " ")
+        XCTAssertEqual(first.count, 3)
+        XCTAssertEqual(first[0].count, 16, "a 16-digit hex checksum")
+        XCTAssertEqual(first[1], "30")
+        XCTAssertEqual(first[2], "a/b/c/file0.txt")
+        var hash = XXH64()
+        Data(String(repeating: "x", count: 30).utf8).withUnsafeBytes { hash.update($0) }
+        XCTAssertEqual(String(first[0]), hex(hash.digest))
+    }
+
+    func testAFileThatCannotBeReadIsReportedAndTheExitStatusSaysSo() throws {
+        // The file vanishes between the listing and the read: a real failed open, even as root.
+        let vanishing = directory.appendingPathComponent("a/file3.txt").path
+        let manifest = directory.appendingPathComponent("manifest.txt")
+        let status = runDemo(["baton-demo", directory.path, "--manifest", manifest.path], beforeRead: { operation in
+            if operation.file.path == vanishing { try? FileManager.default.removeItem(atPath: vanishing) }
+        })
+        XCTAssertEqual(status, 1)
+        let text = try String(contentsOf: manifest, encoding: .utf8)
+        XCTAssertTrue(text.contains("unreadable 13 a/file3.txt\n"), text)
+    }
+
+    func testLargeFilesAreReadInChunksAndHashAsAWhole() throws {
+        var bytes = [UInt8](repeating: 0, count: 2 * ChecksumFile.chunkSize + 12_345)
+        for index in bytes.indices { bytes[index] = UInt8(truncatingIfNeeded: index &* 2_654_435_761 >> 7) }
+        let file = directory.appendingPathComponent("large.bin")
+        try Data(bytes).write(to: file)
+        let audit = DirectoryAudit(root: directory.path, concurrency: 2)
+        XCTAssertTrue(try audit.makeTree().runToOutcome(timeout: testTimeout).isSuccess)
+        let record = try XCTUnwrap(audit.ledger.sortedRecords.first { $0.path == "large.bin" })
+        var whole = XXH64()
+        bytes.withUnsafeBytes { whole.update($0) }
+        XCTAssertEqual(record.bytes, bytes.count)
+        XCTAssertEqual(record.checksum, whole.digest)
+    }
+
+    func testXXH64MatchesTheReferenceValues() {
+        func digest(_ bytes: [UInt8]) -> String {
+            var hash = XXH64()
+            bytes.withUnsafeBytes { hash.update($0) }
+            return hex(hash.digest)
+        }
+        // From the reference implementation (Python's xxhash.xxh64(...).hexdigest()).
+        XCTAssertEqual(digest([]), "ef46db3751d8e999")
+        XCTAssertEqual(digest(Array("a".utf8)), "d24ec4f1a98c6e5b")
+        XCTAssertEqual(digest(Array("abc".utf8)), "44bc2cf5ad770999")
+        XCTAssertEqual(digest(Array(repeating: (0...255).map(UInt8.init), count: 5).flatMap { $0 }), "afc184ad7938a354")
+        XCTAssertEqual(digest(Array(repeating: UInt8(ascii: "x"), count: 31)), "60dd0d01083b99f0")
+        XCTAssertEqual(digest(Array(repeating: UInt8(ascii: "y"), count: 32)), "64da1f1d3495ce66")
+        XCTAssertEqual(digest(Array(repeating: UInt8(ascii: "z"), count: 33)), "c5241253c64e0268")
+        // Fed in pieces of 32 bytes, the same hash as in one piece.
+        let pattern = Array(repeating: (0...255).map(UInt8.init), count: 5).flatMap { $0 }
+        var pieces = XXH64()
+        pattern.withUnsafeBytes { all in
+            pieces.update(UnsafeRawBufferPointer(rebasing: all[0..<512]))
+            pieces.update(UnsafeRawBufferPointer(rebasing: all[512...]))
+        }
+        XCTAssertEqual(hex(pieces.digest), "afc184ad7938a354")
     }
 
     func testCancellingTheAuditFinishesItCancelled() throws {
-        let audit = DirectoryAudit(root: directory, concurrency: 1)
+        let audit = DirectoryAudit(root: directory.path, concurrency: 1)
         let tree = audit.makeTree()
         tree.cancel()
         XCTAssertTrue(try tree.runToOutcome(timeout: testTimeout).isCancelled)
-        XCTAssertEqual(audit.ledger.snapshot.records.count, 0)
+        XCTAssertEqual(audit.ledger.snapshot.filesRead, 0)
+    }
+
+    func testOneInterruptCancelsTheAuditAndStillPrintsTheSummary() {
+        // The first file read sends the process SIGINT, as a Ctrl-C does: the audit stops and reports.
+        let raised = Locked(false)
+        let status = runDemo(["baton-demo", directory.path, "-j", "1"], beforeRead: { operation in
+            let first = raised.mutate { raised -> Bool in defer { raised = true }; return !raised }
+            if first {
+                kill(getpid(), SIGINT)
+                // Hold this read until the cancellation has reached it (bounded).
+                XCTAssertTrue(eventually { operation.isCancelled })
+            }
+        })
+        XCTAssertEqual(status, 130)
+        XCTAssertTrue(raised.value)
     }
 
     func testTheCommandLineRejectsBadArguments() {
         XCTAssertEqual(runDemo(["baton-demo", "/definitely/not/here"]), 2)
         XCTAssertEqual(runDemo(["baton-demo", "--concurrency", "0"]), 2)
+        XCTAssertEqual(runDemo(["baton-demo", "--no-such-flag"]), 2)
+        XCTAssertEqual(runDemo(["baton-demo", directory.path, directory.path]), 2)
+        XCTAssertEqual(runDemo(["baton-demo", "--manifest"]), 2)
+        XCTAssertEqual(DemoOptions.parse(["--no-such-flag"]), .failure(UsageError("unknown option --no-such-flag")))
+        XCTAssertEqual(DemoOptions.parse(["-j", "3", "dir", "--manifest", "m.txt"]),
+                       .success(DemoOptions(directory: "dir", concurrency: 3, manifest: "m.txt")))
+        XCTAssertEqual(DemoOptions.parse(["--help"]), .success(nil))
         XCTAssertEqual(runDemo(["baton-demo", directory.path, "--concurrency", "2"]), 0)
+    }
+
+    func testTheProgressLineShowsBytesAndAPercentage() {
+        var counts = Ledger.Counts()
+        counts.filesFound = 10
+        counts.filesRead = 5
+        counts.bytesFound = 4 << 20
+        counts.bytesRead = 1 << 20
+        XCTAssertEqual(progressLine(counts), "5/10 files, 1.0 MiB of 4.0 MiB found so far (25%), 0 unreadable")
     }
 }
