@@ -6,6 +6,7 @@ import Foundation
 //
 //   swift run -c release baton-bench [--n 1000,10000,100000] [--reps 3] [--csv] [--only NAME]
 //                                    [--raw-limit 10000] [--independent-limit 100000] [--million]
+//                                    [--demo-large-files 3]
 //
 // Every workload builds its operations, runs them on a fresh OperationQueue and waits (bounded)
 // for the last one. Times exclude nothing but process start.
@@ -18,6 +19,7 @@ struct Options {
     var rawLimit = 10_000
     var independentLimit = 100_000
     var million = false
+    var demoLargeFiles = 3
 
     init(_ arguments: [String]) {
         var iterator = arguments.dropFirst().makeIterator()
@@ -30,13 +32,16 @@ struct Options {
             case "--raw-limit": rawLimit = Int(iterator.next() ?? "") ?? rawLimit
             case "--independent-limit": independentLimit = Int(iterator.next() ?? "") ?? independentLimit
             case "--million": million = true
+            case "--demo-large-files": demoLargeFiles = max(0, Int(iterator.next() ?? "") ?? demoLargeFiles)
             case "--help", "-h":
                 print("""
                 usage: baton-bench [--n 1000,10000,100000] [--reps 3] [--csv] [--only WORKLOAD]
-                                   [--raw-limit N] [--independent-limit N] [--million]
+                                   [--raw-limit N] [--independent-limit N] [--million] [--demo-large-files N]
+                  WORKLOAD is independent, chain, group, sequence, tree, memory or demo
                   --raw-limit N          largest n for the quadratic raw Foundation chains (default 10000)
                   --independent-limit N  largest n for independent BlockOperation baselines (default 100000)
-                  --million              add a chain of 1,000,000 operations
+                  --million              add chains of 1,000,000 operations (timed, and in the memory rows)
+                  --demo-large-files N   200 MB files in the demo's generated tree (default 3)
                 """)
                 exit(0)
             default:
@@ -243,6 +248,9 @@ let workloads: [String: Workload] = [
     "baton-sequence": batonSequence,
     "baton-tree": batonTree,
     "GCD-tree": dispatchTree,
+    "empty-process": emptyProcess,
+    "baton-chain-generated": batonGeneratedChain,
+    "baton-group-1MiB-outputs": batonGroupOfLargeOutputs,
 ]
 
 // A child process runs one workload once and prints "seconds peak_mib": each measurement gets a
@@ -339,6 +347,48 @@ do {
                                  row.baseline as NSString, row.base.seconds, row.base.peak, row.ratio))
                 }
             }
+        }
+    }
+
+    // Memory: peak resident memory of one process per run (medians), against a process that does nothing.
+    if options.only == nil || options.only == "memory" {
+        let empty = try measure("empty-process", n: 0)
+        var rows: [(label: String, workload: String, n: Int)] = [
+            ("group of N children, 1 MiB output each, consumed in childDidFinish", "baton-group-1MiB-outputs", 10_000),
+            ("sequence of N steps", "baton-sequence", 100_000),
+        ]
+        if options.million {
+            rows.insert(("chain of N, made as it goes (addChain(first:next:)), caller keeps no array", "baton-chain-generated", 1_000_000), at: 0)
+            rows.insert(("chain of N from an array the caller drops", "baton-chain", 1_000_000), at: 1)
+        }
+        for row in rows {
+            let run = try measure(row.workload, n: row.n)
+            if options.csv {
+                print("memory:\(row.workload),\(row.n),\(run.seconds),empty-process,\(empty.seconds),,\(run.peak)")
+            } else {
+                print(String(format: "memory      n=%-8d peak %7.1f MiB (%7.1f MiB above an empty process's %5.1f) %8.3f s %6.2f µs/op | %@",
+                             row.n, run.peak, run.peak - empty.peak, empty.peak, run.seconds, run.seconds / Double(row.n) * 1e6,
+                             row.label as NSString))
+            }
+        }
+    }
+
+    // The demo against cksum over the same generated tree, and over its tiny files alone.
+    if options.only == nil || options.only == "demo" {
+        let smallFiles = 20_000
+        let tree = try DemoTree.make(smallFiles: smallFiles, largeFiles: options.demoLargeFiles, largeSize: 200_000_000)
+        defer { tree.remove() }
+        let whole = try measureDemo(tree: tree.root, concurrency: 4, repetitions: options.repetitions)
+        let tiny = try measureDemo(tree: tree.tinyRoot, concurrency: 4, repetitions: options.repetitions)
+        let label = "\(smallFiles) files of 1-4 KiB + \(options.demoLargeFiles) of 200 MB"
+        if options.csv {
+            print("demo,\(smallFiles + options.demoLargeFiles),\(whole.demo),cksum,\(whole.cksum),\(whole.demo / whole.cksum),\(whole.peak)")
+            print("demo-tiny,\(smallFiles),\(tiny.demo),cksum,\(tiny.cksum),\(tiny.demo / tiny.cksum),\(tiny.peak)")
+        } else {
+            print(String(format: "demo        %@: baton-demo -j 4 %7.3f s, peak %6.1f MiB | cksum %7.3f s | ratio %5.2f",
+                         label as NSString, whole.demo, whole.peak, whole.cksum, whole.demo / whole.cksum))
+            print(String(format: "demo        %d tiny files alone: baton-demo -j 4 %7.3f s = %5.1f µs per file, peak %6.1f MiB | cksum %7.3f s | ratio %5.2f",
+                         smallFiles, tiny.demo, tiny.demo / Double(smallFiles) * 1e6, tiny.peak, tiny.cksum, tiny.demo / tiny.cksum))
         }
     }
 } catch {

@@ -117,6 +117,7 @@ func runDemo(_ commandLine: [String], beforeRead: (@Sendable (ChecksumFile) -> V
           tree checksum:  \(hex(audit.treeChecksum()))
           outcome:        \(ending.outcome.map { "\($0)" } ?? "unfinished")
           time:           \(String(format: "%.3f", seconds)) s, \(options.concurrency) at a time
+          peak memory:    \(String(format: "%.1f", peakMemoryMebibytes())) MiB
         """)
     let problems = audit.ledger.sortedProblems
     for problem in problems.prefix(10) { print("  unreadable: \(problem.path): \(problem.reason)") }
@@ -154,6 +155,18 @@ func formatted(bytes: Int) -> String {
         value /= 1024
     }
     return String(format: "%.1f TiB", value)
+}
+
+/// This process's peak resident memory so far, in MiB.
+func peakMemoryMebibytes() -> Double {
+    var usage = rusage()
+    #if canImport(Darwin)
+    guard getrusage(RUSAGE_SELF, &usage) == 0 else { return .nan }
+    return Double(usage.ru_maxrss) / 1_048_576   // bytes
+    #else
+    guard getrusage(RUSAGE_SELF.rawValue, &usage) == 0 else { return .nan }
+    return Double(usage.ru_maxrss) / 1024        // KiB
+    #endif
 }
 
 func standardError(_ text: String) {
