@@ -22,6 +22,15 @@ final class ChainingExamples: BatonTestCase {
         XCTAssertTrue(handle.unfinishedOperations.isEmpty)
     }
 
+    func testChainsMadeAsTheyGo() throws {
+        let countdown = try OperationQueue().addChain(first: ResultBlockOperation<Int> { $0.finish(with: 3) }) { previous in
+            guard let number = (previous as? ResultOperation<Int>)?.output, number > 0 else { return nil }
+            return TransformBlockOperation<Int, Int> { $0.finish(with: $0.input! - 1) }
+        }
+        print(try countdown.wait(timeout: .seconds(5)))   // 0
+        XCTAssertEqual(countdown.outcome?.output as? Int, 0)
+    }
+
     func testCustomAdapters() throws {
         let stars = ChainAdapter.custom { upstream, downstream in
             guard let count = (upstream as? ResultOperation<Int>)?.output,
