@@ -251,7 +251,8 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
     /// it; or, at the end, completes the chain.
     private func handOn(_ finished: Operation) {
         let next: Operation
-        switch state.withLock({ $0.next(afterSuccess: finished.observedOutcome.isSuccess) }) {
+        let succeeded = finished.observedOutcome.isSuccess
+        switch state.withLock({ $0.next(afterSuccess: succeeded) }) {
         case .end:
             return complete(last: finished)
         case .endCancelled:
