@@ -139,7 +139,7 @@ func measureDemo(tree: URL, concurrency: Int, repetitions: Int) throws -> (demo:
         throw BenchmarkFailure(description: "no baton-demo next to baton-bench (build both: swift build -c release)")
     }
     // Every file, as the demo sees them (no hidden entries), in one cksum invocation batch by xargs.
-    let script = "find '\(tree.path)' -type f ! -name '.*' -print0 | xargs -0 cksum > /dev/null"
+    let script = "find '\(tree.path)' -name '.*' -prune -o -type f -print0 | xargs -0 cksum > /dev/null"
     _ = try timeCommand("/bin/sh", ["-c", script])   // warm the cache for both
     var demoTimes = [Double](), peaks = [Double](), cksumTimes = [Double]()
     for _ in 0..<repetitions {

@@ -1,16 +1,50 @@
 import Baton
 import Foundation
 
+/// A path as the file system has it: bytes, not necessarily UTF-8. System calls get the bytes; only
+/// what is printed is decoded.
+struct RawPath: Sendable {
+    /// The path's bytes, without a terminating NUL.
+    let bytes: [UInt8]
+
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+    init(_ string: String) { bytes = Array(string.utf8) }
+
+    /// The path for display (bytes that are not UTF-8 shown as U+FFFD).
+    var display: String { String(decoding: bytes, as: UTF8.self) }
+
+    /// The path of `name` inside this directory.
+    func appending(_ name: UnsafeRawBufferPointer) -> RawPath {
+        var joined = bytes
+        if joined.last != UInt8(ascii: "/") { joined.append(UInt8(ascii: "/")) }
+        joined.append(contentsOf: name)
+        return RawPath(joined)
+    }
+
+    /// The part below a root whose path is `rootLength` bytes long (its trailing `/` included), for
+    /// display: `.` for the root itself.
+    func relative(droppingFirst rootLength: Int) -> String {
+        bytes.count > rootLength ? String(decoding: bytes.dropFirst(rootLength), as: UTF8.self) : "."
+    }
+
+    /// Calls `body` with the path as a NUL-terminated C string.
+    func withCString<Result>(_ body: (UnsafePointer<CChar>) -> Result) -> Result {
+        (bytes + [0]).withUnsafeBufferPointer { buffer in
+            buffer.withMemoryRebound(to: CChar.self) { body($0.baseAddress!) }
+        }
+    }
+}
+
 /// What one directory holds: the files to read and the directories to walk next.
 struct Listing: Sendable {
-    let directory: String
+    let directory: RawPath
     let files: [FoundFile]
-    let subdirectories: [String]
+    let subdirectories: [RawPath]
 }
 
 /// A regular file found by a listing, with the size it had then.
 struct FoundFile: Sendable {
-    let path: String
+    let path: RawPath
     let size: Int
 }
 
@@ -31,33 +65,38 @@ enum FileAudit: Sendable {
 /// Lists one directory with `lstat`: regular files, subdirectories, and the symbolic links and special
 /// files it skips (counted in the ledger). Hidden entries are left out.
 final class ListDirectory: ResultOperation<Listing>, @unchecked Sendable {
-    let directory: String
+    let directory: RawPath
+    let rootLength: Int
     let ledger: Ledger
 
-    init(_ directory: String, ledger: Ledger) {
+    init(_ directory: RawPath, rootLength: Int, ledger: Ledger) {
         self.directory = directory
+        self.rootLength = rootLength
         self.ledger = ledger
         super.init()
-        name = "list \(directory)"
+        name = "list \(directory.display)"
     }
 
     override func execute() {
-        guard let stream = opendir(directory) else {
+        guard let stream = directory.withCString({ opendir($0) }) else {
             let reason = String(cString: strerror(errno))
-            ledger.unreadableDirectory(directory, reason: reason)
+            ledger.unreadableDirectory(directory.relative(droppingFirst: rootLength), reason: reason)
             return finish(with: Listing(directory: directory, files: [], subdirectories: []))
         }
         defer { closedir(stream) }
         var files = [FoundFile]()
-        var subdirectories = [String]()
+        var subdirectories = [RawPath]()
         var links = 0
         var special = 0
         while let entry = readdir(stream) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            if name.hasPrefix(".") { continue }   // ".", "..", and hidden entries
-            let path = directory.hasSuffix("/") ? directory + name : directory + "/" + name
+            let path: RawPath? = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                let name = UnsafeRawBufferPointer(rebasing: raw.prefix { $0 != 0 })
+                // ".", "..", and hidden entries are left out.
+                return name.first == UInt8(ascii: ".") ? nil : directory.appending(name)
+            }
+            guard let path else { continue }
             var status = stat()
-            guard lstat(path, &status) == 0 else {
+            guard path.withCString({ lstat($0, &status) }) == 0 else {
                 files.append(FoundFile(path: path, size: 0))   // reported as unreadable when read
                 continue
             }
@@ -92,7 +131,7 @@ final class ChecksumFile: ResultOperation<FileAudit>, @unchecked Sendable {
 
     override func execute() {
         beforeRead?(self)
-        let descriptor = open(file.path, O_RDONLY | O_NOFOLLOW)
+        let descriptor = file.path.withCString { open($0, O_RDONLY | O_NOFOLLOW) }
         guard descriptor >= 0 else { return unreadable(errno) }
         defer { close(descriptor) }
         // A buffer as large as the file (a multiple of 32 bytes, as XXH64 needs), up to a chunk.
@@ -117,6 +156,7 @@ final class ChecksumFile: ResultOperation<FileAudit>, @unchecked Sendable {
             total += filled
             if filled < capacity { break }
         }
+        if isCancelled { return finish() }
         finish(with: .checksummed(FileRecord(path: relativePath, bytes: total, checksum: hash.digest)))
     }
 

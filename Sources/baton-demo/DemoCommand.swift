@@ -92,7 +92,6 @@ func runDemo(_ commandLine: [String], beforeRead: (@Sendable (ChecksumFile) -> V
         standardError("\nbaton-demo: cancelling (Ctrl-C again to quit at once)…\n")
         tree.cancel()
     }
-    defer { interrupts.stop() }
 
     // The live progress line, on a terminal only.
     let ticker = isatty(STDERR_FILENO) == 1 ? DispatchSource.makeTimerSource(queue: .global()) : nil
@@ -102,6 +101,8 @@ func runDemo(_ commandLine: [String], beforeRead: (@Sendable (ChecksumFile) -> V
 
     OperationQueue().addOperation(tree)
     done.wait()
+    // From here on a Ctrl-C quits as usual (the manifest is written atomically: never half a file).
+    interrupts.stop()
     ticker?.cancel()
     if ticker != nil { standardError("\r\u{1B}[K") }
 
@@ -126,7 +127,7 @@ func runDemo(_ commandLine: [String], beforeRead: (@Sendable (ChecksumFile) -> V
     var status: Int32 = counts.unreadable > 0 ? 1 : 0
     if let manifest = options.manifest {
         do {
-            try Data(audit.manifest().utf8).write(to: URL(fileURLWithPath: manifest))
+            try Data(audit.manifest().utf8).write(to: URL(fileURLWithPath: manifest), options: .atomic)
             print("Manifest: \(manifest) (\(counts.filesRead + counts.unreadable) lines)")
         } catch {
             standardError("baton-demo: cannot write the manifest \(manifest): \(error.localizedDescription)\n")
@@ -183,22 +184,23 @@ final class Ending: @unchecked Sendable {
 
 /// Turns SIGINT into calls of a closure, on a thread of its own: the signal handler only writes a
 /// byte to a pipe (all a handler may safely do), and the thread reads it.
-final class InterruptWatch: Sendable {
+final class InterruptWatch: @unchecked Sendable {
     /// The pipe's write end, for the handler (set before the handler is installed).
     nonisolated(unsafe) private static var writeEnd: Int32 = -1
-    private let readEnd: Int32
     private let writeEnd: Int32
+    private let previous: (@convention(c) (Int32) -> Void)?
+    private let stopped = NSLock()
+    private var isStopped = false
 
-    private init(readEnd: Int32, writeEnd: Int32) {
-        self.readEnd = readEnd
+    private init(writeEnd: Int32, previous: (@convention(c) (Int32) -> Void)?) {
         self.writeEnd = writeEnd
+        self.previous = previous
     }
 
     /// Installs the handler; `onInterrupt` is given the number of Ctrl-Cs so far.
     static func start(_ onInterrupt: @escaping @Sendable (Int) -> Void) -> InterruptWatch {
         var ends: [Int32] = [0, 0]
-        guard pipe(&ends) == 0 else { return InterruptWatch(readEnd: -1, writeEnd: -1) }
-        let watch = InterruptWatch(readEnd: ends[0], writeEnd: ends[1])
+        guard pipe(&ends) == 0 else { return InterruptWatch(writeEnd: -1, previous: nil) }
         let readEnd = ends[0]
         Thread {
             var byte: UInt8 = 0
@@ -210,16 +212,24 @@ final class InterruptWatch: Sendable {
             close(readEnd)
         }.start()
         writeEnd = ends[1]
-        signal(SIGINT) { _ in
+        let previous = signal(SIGINT) { _ in
+            let saved = errno
             var byte: UInt8 = 1
             _ = write(InterruptWatch.writeEnd, &byte, 1)
+            errno = saved
         }
-        return watch
+        return InterruptWatch(writeEnd: ends[1], previous: previous)
     }
 
-    /// Puts the default handler back and ends the thread.
+    /// Puts the previous handler back and ends the thread; later calls do nothing.
     func stop() {
-        signal(SIGINT, SIG_DFL)
-        if writeEnd >= 0 { close(writeEnd) }
+        let first = stopped.withLock { () -> Bool in
+            defer { isStopped = true }
+            return !isStopped
+        }
+        guard first, writeEnd >= 0 else { return }
+        signal(SIGINT, previous)
+        Self.writeEnd = -1
+        close(writeEnd)
     }
 }

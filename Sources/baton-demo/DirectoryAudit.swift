@@ -81,14 +81,17 @@ struct DirectoryAudit: Sendable {
     }
 
     /// Builds the operation tree.
-    func makeTree() -> TreeOperation<String> {
+    func makeTree() -> TreeOperation<RawPath> {
         let ledger = ledger
         let beforeRead = beforeRead
-        let prefix = root.hasSuffix("/") ? root.count : root.count + 1
-        let top = TreeNode<String, Listing>("directory") { ListDirectory($0, ledger: ledger) }
-        let subdirectories = TreeNode<Listing, Listing>("directory", items: { $0.subdirectories }) { ListDirectory($0, ledger: ledger) }
+        // Paths are cut below the root by bytes (a name may start with a combining mark, or not be UTF-8).
+        let rootLength = root.utf8.count + (root.hasSuffix("/") ? 0 : 1)
+        let top = TreeNode<RawPath, Listing>("directory") { ListDirectory($0, rootLength: rootLength, ledger: ledger) }
+        let subdirectories = TreeNode<Listing, Listing>("directory", items: { $0.subdirectories }) {
+            ListDirectory($0, rootLength: rootLength, ledger: ledger)
+        }
         let files = TreeNode<Listing, FileAudit>("file", items: { $0.files }) { file in
-            ChecksumFile(file, relativePath: String(file.path.dropFirst(prefix)), beforeRead: beforeRead)
+            ChecksumFile(file, relativePath: file.path.relative(droppingFirst: rootLength), beforeRead: beforeRead)
         }
         files.onFinish { outcome in
             if case .succeeded(let audit) = outcome { ledger.record(audit) }
@@ -97,7 +100,7 @@ struct DirectoryAudit: Sendable {
         top.addChild(files)
         subdirectories.addChild(subdirectories)
         subdirectories.addChild(files)
-        return TreeOperation(root: top, input: root, maxConcurrentOperationCount: concurrency)
+        return TreeOperation(root: top, input: RawPath(root), maxConcurrentOperationCount: concurrency)
     }
 
     /// One line per file, sorted by path: the checksum (16 hex digits, or `unreadable`), the size in

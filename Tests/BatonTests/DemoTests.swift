@@ -74,11 +74,43 @@ final class DemoTests: BatonTestCase {
         let vanishing = directory.appendingPathComponent("a/file3.txt").path
         let manifest = directory.appendingPathComponent("manifest.txt")
         let status = runDemo(["baton-demo", directory.path, "--manifest", manifest.path], beforeRead: { operation in
-            if operation.file.path == vanishing { try? FileManager.default.removeItem(atPath: vanishing) }
+            if operation.file.path.display == vanishing { try? FileManager.default.removeItem(atPath: vanishing) }
         })
         XCTAssertEqual(status, 1)
         let text = try String(contentsOf: manifest, encoding: .utf8)
         XCTAssertTrue(text.contains("unreadable 13 a/file3.txt\n"), text)
+    }
+
+    func testNamesThatAreNotUTF8OrStartWithACombiningMarkAreReadAndKept() throws {
+        // A directory and a file whose names are not UTF-8 (the system calls get the bytes as they
+        // are), and a name starting with a combining mark (paths are cut below the root by bytes).
+        let root = Array(directory.path.utf8)
+        func make(_ name: [UInt8], directory: Bool) {
+            let path = root + name + [0]
+            path.withUnsafeBufferPointer { buffer in
+                buffer.withMemoryRebound(to: CChar.self) { cPath in
+                    if directory {
+                        XCTAssertEqual(mkdir(cPath.baseAddress!, 0o755), 0)
+                    } else {
+                        let descriptor = open(cPath.baseAddress!, O_WRONLY | O_CREAT, 0o644)
+                        XCTAssertGreaterThanOrEqual(descriptor, 0)
+                        XCTAssertEqual(write(descriptor, "hello", 5), 5)
+                        close(descriptor)
+                    }
+                }
+            }
+        }
+        make(Array("/odd\u{FE}".utf8.dropLast(2)) + [0xFE], directory: true)
+        make(Array("/odd".utf8) + [0xFE] + Array("/inner\u{FF}".utf8.dropLast(2)) + [0xFF], directory: false)
+        make(Array("/\u{301}accent".utf8), directory: false)
+        let audit = DirectoryAudit(root: directory.path, concurrency: 2)
+        XCTAssertTrue(try audit.makeTree().runToOutcome(timeout: testTimeout).isSuccess)
+        let counts = audit.ledger.snapshot
+        XCTAssertEqual(counts.unreadable, 0, "\(audit.ledger.sortedProblems)")
+        XCTAssertEqual(counts.filesRead, 22)
+        XCTAssertEqual(counts.directories, 5)
+        XCTAssertTrue(audit.ledger.sortedRecords.contains { $0.path == "\u{301}accent" })
+        XCTAssertTrue(audit.ledger.sortedRecords.contains { $0.path == "odd\u{FFFD}/inner\u{FFFD}" })
     }
 
     func testLargeFilesAreReadInChunksAndHashAsAWhole() throws {

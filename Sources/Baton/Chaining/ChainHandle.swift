@@ -17,8 +17,9 @@ import Foundation
 /// ## Linear on Linux, and only what is ahead
 /// Linux's `OperationQueue` walks every queued operation that is not ready on each add and finish,
 /// so a chain enqueued at once costs O(N²). A handle enqueues one operation at a time, when the one
-/// before it has finished and the adapter has handed its outcome on (on the thread that finished it),
-/// so a chain of any length runs in linear time. Chained operations get no dependency edges.
+/// before it has finished and the adapter has handed its outcome on (on the thread that finished it, or
+/// on the one already handing on an earlier operation), so a chain of any length runs in linear time.
+/// Chained operations get no dependency edges.
 ///
 /// The handle lets go of each operation once it has been handed on: a long chain holds only the
 /// operations still ahead of it (``unfinishedOperations``), and a chain made with

@@ -7,7 +7,8 @@ extension OperationQueue {
     /// The default adapter forwards cancellation (the next operation is cancelled, never executed),
     /// failure (the next operation fails with the same error, never executed, unless its policy is
     /// ``DependencyPolicy/runRegardless``) and output (into the next ``TransformOperation/input``).
-    /// Plain Foundation operations take part through dependencies and cancellation.
+    /// Plain Foundation operations take part too: the chain sees them finish through their
+    /// completion block, and cancellation reaches them.
     ///
     /// ```swift
     /// let queue = OperationQueue()
