@@ -4,32 +4,39 @@ import Foundation
 /// A path as the file system has it: bytes, not necessarily UTF-8. System calls get the bytes; only
 /// what is printed is decoded.
 struct RawPath: Sendable {
-    /// The path's bytes, without a terminating NUL.
-    let bytes: [UInt8]
+    /// The path's bytes followed by a NUL, ready for system calls.
+    private let terminated: [UInt8]
 
-    init(_ bytes: [UInt8]) { self.bytes = bytes }
-    init(_ string: String) { bytes = Array(string.utf8) }
+    init(_ string: String) { terminated = Array(string.utf8) + [0] }
+    private init(terminated: [UInt8]) { self.terminated = terminated }
+
+    /// The path's bytes, without the NUL.
+    var bytes: ArraySlice<UInt8> { terminated.dropLast() }
 
     /// The path for display (bytes that are not UTF-8 shown as U+FFFD).
     var display: String { String(decoding: bytes, as: UTF8.self) }
 
     /// The path of `name` inside this directory.
     func appending(_ name: UnsafeRawBufferPointer) -> RawPath {
-        var joined = bytes
+        var joined = [UInt8]()
+        joined.reserveCapacity(terminated.count + name.count + 1)
+        joined.append(contentsOf: bytes)
         if joined.last != UInt8(ascii: "/") { joined.append(UInt8(ascii: "/")) }
         joined.append(contentsOf: name)
-        return RawPath(joined)
+        joined.append(0)
+        return RawPath(terminated: joined)
     }
 
     /// The part below a root whose path is `rootLength` bytes long (its trailing `/` included), for
     /// display: `.` for the root itself.
     func relative(droppingFirst rootLength: Int) -> String {
-        bytes.count > rootLength ? String(decoding: bytes.dropFirst(rootLength), as: UTF8.self) : "."
+        let bytes = self.bytes
+        return bytes.count > rootLength ? String(decoding: bytes.dropFirst(rootLength), as: UTF8.self) : "."
     }
 
     /// Calls `body` with the path as a NUL-terminated C string.
     func withCString<Result>(_ body: (UnsafePointer<CChar>) -> Result) -> Result {
-        (bytes + [0]).withUnsafeBufferPointer { buffer in
+        terminated.withUnsafeBufferPointer { buffer in
             buffer.withMemoryRebound(to: CChar.self) { body($0.baseAddress!) }
         }
     }
