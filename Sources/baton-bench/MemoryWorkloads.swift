@@ -8,29 +8,16 @@ import Foundation
 func emptyProcess(_ n: Int) throws {}
 
 /// A chain whose operations are made as it goes (`addChain(first:next:)`): the caller keeps no array,
-/// and the handle holds only the operation running.
+/// and the handle holds only the operation running. Each step adds one; the last output is `n - 1`.
 func batonGeneratedChain(_ n: Int) throws {
-    let made = GeneratedCount()
-    let handle = try OperationQueue().addChain(first: ResultBlockOperation<Int> { $0.finish(with: 0) }) { _ in
-        made.next(upTo: n) ? TransformBlockOperation<Int, Int> { $0.finish(with: $0.input! + 1) } : nil
+    let last = max(n, 2) - 1
+    let handle = try OperationQueue().addChain(first: ResultBlockOperation<Int> { $0.finish(with: 0) }) { previous in
+        guard let value = (previous as? ResultOperation<Int>)?.output, value < last else { return nil }
+        return TransformBlockOperation<Int, Int> { $0.finish(with: $0.input! + 1) }
     }
     let output = try handle.wait(timeout: .seconds(3_600))
-    guard let value = output as? Int, value == max(n, 2) - 1 else {
+    guard let value = output as? Int, value == last else {
         throw BenchmarkFailure(description: "generated chain of \(n) produced \(output)")
-    }
-}
-
-/// Counts the operations a generated chain has made.
-final class GeneratedCount: @unchecked Sendable {
-    private let lock = NSLock()
-    private var made = 1
-    /// Whether one more operation may be made to reach `total`.
-    func next(upTo total: Int) -> Bool {
-        lock.withLock {
-            guard made < max(total, 2) else { return false }
-            made += 1
-            return true
-        }
     }
 }
 

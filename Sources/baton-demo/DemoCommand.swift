@@ -184,13 +184,11 @@ final class Ending: @unchecked Sendable {
 
 /// Turns SIGINT into calls of a closure, on a thread of its own: the signal handler only writes a
 /// byte to a pipe (all a handler may safely do), and the thread reads it.
-final class InterruptWatch: @unchecked Sendable {
+final class InterruptWatch: Sendable {
     /// The pipe's write end, for the handler (set before the handler is installed).
     nonisolated(unsafe) private static var writeEnd: Int32 = -1
     private let writeEnd: Int32
     private let previous: (@convention(c) (Int32) -> Void)?
-    private let stopped = NSLock()
-    private var isStopped = false
 
     private init(writeEnd: Int32, previous: (@convention(c) (Int32) -> Void)?) {
         self.writeEnd = writeEnd
@@ -221,13 +219,9 @@ final class InterruptWatch: @unchecked Sendable {
         return InterruptWatch(writeEnd: ends[1], previous: previous)
     }
 
-    /// Puts the previous handler back and ends the thread; later calls do nothing.
+    /// Puts the previous handler back and ends the thread. Call it once.
     func stop() {
-        let first = stopped.withLock { () -> Bool in
-            defer { isStopped = true }
-            return !isStopped
-        }
-        guard first, writeEnd >= 0 else { return }
+        guard writeEnd >= 0 else { return }
         signal(SIGINT, previous)
         Self.writeEnd = -1
         close(writeEnd)

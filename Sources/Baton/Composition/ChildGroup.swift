@@ -29,8 +29,9 @@ final class ChildGroup: @unchecked Sendable {
         /// The children that have not finished (every child before the group starts), by identity,
         /// with their position in the order of addition.
         var live: [ObjectIdentifier: (index: Int, operation: Operation)] = [:]
-        /// The children added before the group started, in order: launched by `start()`.
-        var unlaunched: [Operation] = []
+        /// The children added before the group started, in order, with their positions: launched by
+        /// `start()`.
+        var unlaunched: [(index: Int, operation: Operation)] = []
         /// Every child, in order, when the group keeps finished children.
         var kept: [Operation] = []
         var added = 0
@@ -78,7 +79,7 @@ final class ChildGroup: @unchecked Sendable {
     deinit {
         // Freed without launching them (the group never ran): they are free for another owner again.
         if !state.withLock({ $0.isStarted }) {
-            for child in state.withLock({ $0.unlaunched }) { child.unclaim() }
+            for child in state.withLock({ $0.unlaunched }) { child.operation.unclaim() }
         }
         // A child may itself be a composite holding its own children: release them in a loop, not by
         // recursion through every level's `deinit`. The state is handed over as the only reference.
@@ -109,7 +110,7 @@ final class ChildGroup: @unchecked Sendable {
     /// first when the group was cancelled).
     func add(_ child: Operation, owner adder: Operation?) throws(BatonError) {
         let ownerCancelled = owner?.isCancelled ?? false
-        enum Verdict { case keep, launch(cancelled: Bool), closed, duplicate }
+        enum Verdict { case keep, launch(index: Int, cancelled: Bool), closed, duplicate }
         let verdict: Verdict = state.withLock { state in
             if state.isClosed { return .closed }
             if state.live[ObjectIdentifier(child)] != nil { return .duplicate }
@@ -125,16 +126,17 @@ final class ChildGroup: @unchecked Sendable {
             if state.isClosed { return .closed }
             let id = ObjectIdentifier(child)
             guard state.live[id] == nil else { return .duplicate }
-            state.live[id] = (state.added, child)
+            let index = state.added
+            state.live[id] = (index, child)
             state.added += 1
             if keepsFinishedChildren { state.kept.append(child) }
             state.progress.total += 1
             guard state.isStarted else {
-                state.unlaunched.append(child)
+                state.unlaunched.append((index, child))
                 return .keep
             }
             state.running += 1
-            return .launch(cancelled: state.isCancelled || ownerCancelled)
+            return .launch(index: index, cancelled: state.isCancelled || ownerCancelled)
         }
         switch decided {
         case .closed:
@@ -145,15 +147,15 @@ final class ChildGroup: @unchecked Sendable {
             throw .duplicateOperation(operation: child.reference)
         case .keep:
             break
-        case .launch(let cancelled):
+        case .launch(let index, let cancelled):
             if cancelled { child.cancel() }
-            launch([child])
+            launch([(index, child)])
         }
     }
 
     /// Launches every child; `false` when there are none (the owner finishes at once).
     func start() -> Bool {
-        let children: [Operation] = state.withLock { state in
+        let children: [(index: Int, operation: Operation)] = state.withLock { state in
             state.isStarted = true
             state.running = state.unlaunched.count
             if state.unlaunched.isEmpty { state.isClosed = true }
@@ -165,17 +167,17 @@ final class ChildGroup: @unchecked Sendable {
         return true
     }
 
-    private func launch(_ children: [Operation]) {
-        for child in children {
-            child.observeCompletion { self.childFinished(child) }
+    private func launch(_ children: [(index: Int, operation: Operation)]) {
+        for (index, child) in children {
+            child.observeCompletion { self.childFinished(child, index: index) }
         }
-        queue.launch(children)
+        queue.launch(children.map(\.operation))
     }
 
-    private func childFinished(_ child: Operation) {
+    private func childFinished(_ child: Operation, index: Int) {
         let outcome = child.observedOutcome
         let id = ObjectIdentifier(child)
-        if let owner, let index = state.withLock({ $0.live[id]?.index }) { owner.childFinished(child, index: index) }
+        owner?.childFinished(child, index: index)
         let (cancel, finished): ([Operation], [any Error]?) = state.withLock { state in
             var cancel = [Operation]()
             // Handed on: the owner has seen it. Only a group that keeps finished children holds it now.
@@ -215,7 +217,7 @@ final class ChildGroup: @unchecked Sendable {
         state.withLock { state in
             state.isClosed = true
             defer { state.unlaunched = [] }
-            return state.unlaunched
+            return state.unlaunched.map(\.operation)
         }
     }
 
