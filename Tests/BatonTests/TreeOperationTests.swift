@@ -87,6 +87,38 @@ final class TreeOperationTests: BatonTestCase {
         XCTAssertEqual(events.value.last, "root subtree 10")
     }
 
+    /// Two sibling subtrees end at once on two threads: the tree must not finish while the first one's
+    /// `onSubtreeFinish` callback is still running (it did: the first thread released the parent's
+    /// count before its callback ran, so the second brought the tree to zero and finished it).
+    func testTheTreeFinishesOnlyAfterEverySubtreeCallbackHasRun() {
+        let operations = [ManualOperation(name: "first"), ManualOperation(name: "second")]
+        let root = TreeNode<Int, Int>("pair", items: { _ in [0, 1] }) { index in operations[index] }
+        let inFirstCallback = Gate()
+        let releaseFirstCallback = Gate()
+        let callbacks = Locked<[Int]>([])
+        root.onSubtreeFinish { outcome in
+            if outcome.output == 0 {
+                inFirstCallback.open()
+                releaseFirstCallback.wait()
+            }
+            callbacks.mutate { $0.append(outcome.output!) }
+        }
+        let tree = TreeOperation(root: root, input: 0)
+        OperationQueue().addOperation(tree)
+        operations.forEach { $0.started.wait() }
+
+        DispatchQueue.global().async { operations[0].finish(with: 0) }
+        inFirstCallback.wait()
+        operations[1].finish(with: 1)   // its whole release path runs on this thread before it returns
+        XCTAssertEqual(callbacks.value, [1])
+        XCTAssertFalse(tree.isFinished, "the tree finished while a subtree's callback was still running")
+
+        releaseFirstCallback.open()
+        waitFinished(tree)
+        XCTAssertEqual(callbacks.value, [1, 0])
+        XCTAssertEqual(tree.outcome?.isSuccess, true)
+    }
+
     func testCancellingTheTreeCancelsEverythingInFlight() {
         let started = Gate()
         let attempts = Locked(0)

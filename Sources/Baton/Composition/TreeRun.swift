@@ -76,24 +76,27 @@ final class TreeRun: @unchecked Sendable {
         state.withLock { $0.counters[scope]?.pending += 1 }
     }
 
-    /// Releases one token; a scope that reaches zero finishes and releases its parent, iteratively.
+    /// Releases one token; a scope that reaches zero runs its callback and then releases its parent,
+    /// iteratively. The parent's token is released only after the callback has returned, so a
+    /// subtree's callbacks all run before its parent's (and the tree itself) can finish, even when a
+    /// sibling subtree ends at the same moment on another thread.
     func release(_ scope: Scope) {
-        let finished: [@Sendable () -> Void] = state.withLock { state in
-            var finished = [@Sendable () -> Void]()
-            var current: Scope? = scope
-            while let scope = current, var counter = state.counters[scope] {
+        var current: Scope? = scope
+        while let scope = current {
+            let ended: Counter? = state.withLock { state in
+                guard var counter = state.counters[scope] else { return nil }
                 counter.pending -= 1
                 guard counter.pending == 0 else {
                     state.counters[scope] = counter
-                    break
+                    return nil
                 }
                 state.counters[scope] = nil
-                if let callback = counter.finished { finished.append(callback) }
-                current = counter.parent
+                return counter
             }
-            return finished
+            guard let ended else { return }
+            ended.finished?()
+            current = ended.parent
         }
-        for callback in finished { callback() }
     }
 
     func record(path: [String], operation: Operation? = nil, error: any Error) {
