@@ -1,32 +1,27 @@
 import Foundation
 import XCTest
 
-/// Every Swift example in README.md and Docs/ must be compiled: this test finds each ```swift block
-/// in the example sources (Tests/BatonTests/Documentation/) or among the
-/// templates' golden files, which `.ci/scaffold-check` compiles as the plugin writes them.
+/// What can be checked about the guides without building them. `.ci/docs.py pages` (run by `.ci/run`)
+/// builds and runs every page's Swift blocks and compares what they print with the page.
 final class DocumentationTests: BatonTestCase {
     private let root = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
-    /// Lines without their indentation, blank lines dropped: examples are indented differently in
-    /// test functions than in the guides.
-    private func normalized(_ text: String) -> String {
-        text.split(separator: "\n", omittingEmptySubsequences: false)
-            .map { $0.trimmingCharacters(in: .whitespaces) }
-            .filter { !$0.isEmpty }
-            .joined(separator: "\n")
+    private func read(_ path: String) throws -> String {
+        try String(contentsOf: root.appendingPathComponent(path), encoding: .utf8)
     }
 
-    private func swiftBlocks(in text: String) -> [String] {
+    private func blocks(in text: String, language: String) -> [String] {
         var blocks = [String]()
         var current: [Substring]?
+        var inside = false
         for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
-            let trimmed = line.trimmingCharacters(in: .whitespaces)
-            if current == nil, trimmed == "```swift" {
-                current = []
-            } else if current != nil, trimmed == "```" {
-                blocks.append(current!.joined(separator: "\n"))
-                current = nil
+            if !inside, line.hasPrefix("```") {
+                inside = true
+                current = line == "```\(language)" ? [] : nil
+            } else if inside, line == "```" {
+                inside = false
+                if let current { blocks.append(current.joined(separator: "\n")) }
             } else {
                 current?.append(line)
             }
@@ -34,30 +29,48 @@ final class DocumentationTests: BatonTestCase {
         return blocks
     }
 
-    private func sources(in folder: String, suffix: String = ".swift") throws -> [String] {
-        let directory = root.appendingPathComponent(folder)
-        return try FileManager.default.contentsOfDirectory(atPath: directory.path)
-            .filter { $0.hasSuffix(suffix) }
-            .map { try String(contentsOf: directory.appendingPathComponent($0), encoding: .utf8) }
+    private func pages() throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent("Docs").path)
+            .filter { $0.hasSuffix(".md") }.sorted().map { "Docs/\($0)" } + ["README.md"]
     }
 
-    func testEverySwiftExampleInTheDocsIsCompiled() throws {
-        let compiled = try (sources(in: "Tests/BatonTests/Documentation")
-            + sources(in: "Tests/BatonTests/Templates/Golden", suffix: ".swift.golden"))
-            .map(normalized)
-        let guides = try FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent("Docs").path)
-            .filter { $0.hasSuffix(".md") }
-            .map { "Docs/\($0)" } + ["README.md"]
-        var checked = 0
-        for guide in guides {
-            let text = try String(contentsOf: root.appendingPathComponent(guide), encoding: .utf8)
-            for block in swiftBlocks(in: text) {
-                let example = normalized(block)
-                checked += 1
-                XCTAssertTrue(compiled.contains { $0.contains(example) },
-                              "\(guide): this example is not compiled anywhere:\n\(block)")
+    /// The page shows the file the plugin writes, byte for byte (the golden file that
+    /// `TemplateTests` and `.ci/scaffold-check` compare the plugin's output with).
+    func testTheTemplatesPageShowsTheGeneratedFileAsItIs() throws {
+        let golden = try read("Tests/BatonTests/Templates/Golden/transform-skipOnFailureOrCancellation.swift.golden")
+        let shown = blocks(in: try read("Docs/Templates.md"), language: "swift")
+        XCTAssertTrue(shown.contains { $0 + "\n" == golden }, "Docs/Templates.md does not show the transform template's output")
+    }
+
+    /// A reader has the repository, not the material it was designed from.
+    func testNoPageRefersToMaterialOutsideTheRepository() throws {
+        let banned = ["baton-swift/baton", "DESIGN.md", "shared/", "design card", "every seed"]
+        for page in try pages() + ["CHANGELOG.md", "CONTRIBUTING.md"] {
+            let text = try read(page)
+            for phrase in banned {
+                XCTAssertFalse(text.localizedCaseInsensitiveContains(phrase), "\(page) mentions \(phrase)")
             }
         }
-        XCTAssertGreaterThanOrEqual(checked, 15, "the guides' examples were not found")
+    }
+
+    /// Each page is one program: if it runs Swift, it imports what it uses in its first block, and
+    /// it never mixes top-level `await` with blocking waits (which the compiler refuses in `async` code).
+    func testEveryPageIsOneProgram() throws {
+        var pagesWithSwift = 0
+        for page in try pages() {
+            let swift = blocks(in: try read(page), language: "swift")
+            guard let first = swift.first else { continue }
+            pagesWithSwift += 1
+            XCTAssertTrue(first.contains("import Baton") && first.contains("import Foundation"), "\(page): the first Swift block does not import Baton and Foundation")
+            let program = swift.joined(separator: "\n")
+            let awaitsAtTopLevel = program.split(separator: "\n").contains { $0.hasPrefix("let ") && $0.contains("= try await ") || $0.hasPrefix("try await ") }
+            let blockingCalls = ["waitUntilFinished()", "wait(timeout:", ".run(on: serial, timeout:", "run(timeout:", "waitUntilAllOperationsAreFinished"]
+            if awaitsAtTopLevel {
+                let blockingAtTopLevel = program.split(separator: "\n").filter { line in !line.hasPrefix(" ") && blockingCalls.contains { line.contains($0) } }
+                XCTAssertEqual(blockingAtTopLevel, [], "\(page) awaits at top level and also blocks there")
+            }
+            XCTAssertFalse(blocks(in: try read(page), language: "output").isEmpty, "\(page) runs Swift but shows no ```output")
+        }
+        XCTAssertGreaterThanOrEqual(pagesWithSwift, 8, "the guides' Swift blocks were not found")
     }
 }
