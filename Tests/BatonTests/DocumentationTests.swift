@@ -42,10 +42,12 @@ final class DocumentationTests: BatonTestCase {
     }
 
     func testEverySwiftExampleInTheDocsIsCompiled() throws {
-        let compiled = try (sources(in: "Tests/BatonTests/Documentation")
+        let compiled = try
+            (sources(in: "Tests/BatonTests/Documentation")
             + sources(in: "Tests/BatonTests/Templates/Golden", suffix: ".swift.golden"))
             .map(normalized)
-        let guides = try FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent("Docs").path)
+        let guides =
+            try FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent("Docs").path)
             .filter { $0.hasSuffix(".md") }
             .map { "Docs/\($0)" } + ["README.md"]
         var checked = 0
@@ -54,8 +56,9 @@ final class DocumentationTests: BatonTestCase {
             for block in swiftBlocks(in: text) {
                 let example = normalized(block)
                 checked += 1
-                XCTAssertTrue(compiled.contains { $0.contains(example) },
-                              "\(guide): this example is not compiled anywhere:\n\(block)")
+                XCTAssertTrue(
+                    compiled.contains { $0.contains(example) },
+                    "\(guide): this example is not compiled anywhere:\n\(block)")
             }
         }
         XCTAssertGreaterThanOrEqual(checked, 15, "the guides' examples were not found")

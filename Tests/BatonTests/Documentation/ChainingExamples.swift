@@ -1,6 +1,6 @@
+import Baton
 import Foundation
 import XCTest
-import Baton
 
 // The examples of Docs/Chaining.md, verbatim (DocumentationTests checks that they are here).
 
@@ -31,6 +31,8 @@ final class ChainingExamples: BatonTestCase {
         XCTAssertEqual(countdown.outcome?.output as? Int, 0)
     }
 
+    // Laid out as in Docs/Chaining.md, which DocumentationTests compares it with: not reformatted.
+    // swift-format-ignore
     func testCustomAdapters() throws {
         let stars = ChainAdapter.custom { upstream, downstream in
             guard let count = (upstream as? ResultOperation<Int>)?.output,

@@ -1,7 +1,7 @@
+import Baton
 import Dispatch
 import Foundation
 import XCTest
-import Baton
 
 // The examples of Docs/Composition.md, verbatim (DocumentationTests checks that they are here).
 
@@ -87,6 +87,8 @@ final class CompositionExamples: BatonTestCase {
         XCTAssertEqual(pages.progress.completedUnitCount, 5)
     }
 
+    // Laid out as in Docs/Composition.md, which DocumentationTests compares it with: not reformatted.
+    // swift-format-ignore
     func testNesting() {
         let both = ResultGroupOperation<Int>(operations: [
             SequenceOperation<Int>(operations: [MeasureFile(name: "left"), TransformBlockOperation<Int, Int> { $0.finish(with: $0.input! * 10) }]),

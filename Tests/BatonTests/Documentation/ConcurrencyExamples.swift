@@ -1,7 +1,7 @@
+import Baton
 import Dispatch
 import Foundation
 import XCTest
-import Baton
 
 // The examples of Docs/Concurrency.md, verbatim (DocumentationTests checks that they are here).
 

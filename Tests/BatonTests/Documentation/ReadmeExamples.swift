@@ -1,4 +1,6 @@
 // The example on the first screen of README.md, verbatim (DocumentationTests checks that it is here).
+// Its imports stay as README.md has them, after XCTest's.
+// swift-format-ignore-file: OrderedImports
 
 import XCTest
 import Baton
@@ -46,7 +48,9 @@ final class ReadmeExamples: BatonTestCase {
         // The README's "Output" block, line by line.
         XCTAssertEqual(text, "the square is 16")
         XCTAssertEqual("\(chain.outcome!)", "succeeded(the square is 16)")
-        XCTAssertEqual("\(chain.unfinishedOperations.count) operations left: the handle let go of each one it finished", "0 operations left: the handle let go of each one it finished")
+        XCTAssertEqual(
+            "\(chain.unfinishedOperations.count) operations left: the handle let go of each one it finished",
+            "0 operations left: the handle let go of each one it finished")
         XCTAssertThrowsError(try failing.wait(timeout: .seconds(5))) { XCTAssertEqual("failed: \($0)", "failed: DemoError()") }
     }
 }

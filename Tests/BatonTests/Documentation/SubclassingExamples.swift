@@ -1,7 +1,7 @@
+import Baton
 import Dispatch
 import Foundation
 import XCTest
-import Baton
 
 // The examples of Docs/Subclassing.md, verbatim (DocumentationTests checks that they are here).
 
@@ -36,7 +36,12 @@ final class AttemptCounter: @unchecked Sendable {
     private let lock = NSLock()
     private var value = 0
     var count: Int { lock.withLock { value } }
-    func next() -> Int { lock.withLock { value += 1; return value } }
+    func next() -> Int {
+        lock.withLock {
+            value += 1
+            return value
+        }
+    }
 }
 
 final class SubclassingExamples: BatonTestCase {

@@ -1,6 +1,6 @@
+import Baton
 import Foundation
 import XCTest
-import Baton
 
 // The examples of Docs/Trees.md, verbatim (DocumentationTests checks that they are here).
 
@@ -17,6 +17,8 @@ final class FetchIngredients: ResultOperation<[String]>, @unchecked Sendable {
 }
 
 final class TreesExamples: BatonTestCase {
+    // Laid out as in Docs/Trees.md, which DocumentationTests compares it with: not reformatted.
+    // swift-format-ignore
     func testACookbook() {
         let cookbook = TreeNode<String, [String]>("cookbook") { name in
             ResultBlockOperation { $0.finish(with: ["\(name) bread", "\(name) soup"]) }
@@ -39,6 +41,8 @@ final class TreesExamples: BatonTestCase {
         XCTAssertEqual(tree.progress.completedUnitCount, 7)
     }
 
+    // Laid out as in Docs/Trees.md, which DocumentationTests compares it with: not reformatted.
+    // swift-format-ignore
     func testAFailureHasAPath() {
         let root = TreeNode<Int, Int>("batch", items: { count in Array(0..<count) }) { index in
             ResultBlockOperation { operation in
