@@ -384,11 +384,8 @@ do {
             ("sequence of N steps", "baton-sequence", 100_000),
         ]
         if options.million {
-            rows.insert(
-                (
-                    "chain of N, made as it goes (addChain(first:next:)), caller keeps no array", "baton-chain-generated",
-                    1_000_000
-                ), at: 0)
+            let generated = "chain of N, made as it goes (addChain(first:next:)), caller keeps no array"
+            rows.insert((generated, "baton-chain-generated", 1_000_000), at: 0)
             rows.insert(("chain of N from an array the caller drops", "baton-chain", 1_000_000), at: 1)
         }
         for row in rows {

@@ -208,9 +208,8 @@ final class Ledger: @unchecked Sendable {
         withLock {
             if finishedAlready || counts[id] > 0 {
                 violations[.executeAfterFinish, default: 0] += 1
-                details[
-                    "execute() after finish: \(kinds[id].label) (outcome \(tags[id]), isFinished \(finishedAlready))", default: 0] +=
-                    1
+                let detail = "execute() after finish: \(kinds[id].label) (outcome \(tags[id]), isFinished \(finishedAlready))"
+                details[detail, default: 0] += 1
             }
             if executes[id] > 0 { violations[.executeTwice, default: 0] += 1 }
             executes[id] += 1

@@ -97,8 +97,8 @@ final class DependencyPolicyTests: BatonTestCase {
         queue.addOperations([root, middle, leaf], waitUntilFinished: false)
         drain(queue)
         guard
-            case .failed(BatonError.dependencyFailed("middle", BatonError.dependencyFailed("root", let underlying)))? = leaf
-                .outcome
+            case .failed(BatonError.dependencyFailed("middle", BatonError.dependencyFailed("root", let underlying)))? =
+                leaf.outcome
         else {
             return XCTFail("got \(String(describing: leaf.outcome))")
         }

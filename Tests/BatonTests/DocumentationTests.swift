@@ -42,10 +42,9 @@ final class DocumentationTests: BatonTestCase {
     }
 
     func testEverySwiftExampleInTheDocsIsCompiled() throws {
-        let compiled = try
-            (sources(in: "Tests/BatonTests/Documentation")
-            + sources(in: "Tests/BatonTests/Templates/Golden", suffix: ".swift.golden"))
-            .map(normalized)
+        let examples = try sources(in: "Tests/BatonTests/Documentation")
+        let golden = try sources(in: "Tests/BatonTests/Templates/Golden", suffix: ".swift.golden")
+        let compiled = (examples + golden).map(normalized)
         let guides =
             try FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent("Docs").path)
             .filter { $0.hasSuffix(".md") }

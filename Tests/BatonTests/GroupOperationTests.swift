@@ -57,7 +57,7 @@ final class GroupOperationTests: BatonTestCase {
         let done = Gate()
         group.whenFinished { done.open() }
         OperationQueue().addOperation(group)
-        children.forEach { $0.started.wait() }
+        for child in children { child.started.wait() }
         group.cancel()
         done.wait()
         XCTAssertTrue(group.outcome?.isCancelled == true)

@@ -126,11 +126,11 @@ final class MemoryReleaseTests: BatonTestCase {
         let root = TreeNode<Int, Int>("root") { _ in ResultBlockOperation { $0.finish(with: 0) } }
         root.addChild(
             TreeNode<Int, [UInt8]>("leaf", items: { _ in Array(0..<8) }) { item in
-                item == 0
-                    ? pending.mutate { payload in
-                        defer { payload = nil }
-                        return payload!
-                    } : Payload(bytes: 100, freed: freed)
+                guard item == 0 else { return Payload(bytes: 100, freed: freed) }
+                return pending.mutate { payload in
+                    defer { payload = nil }
+                    return payload!
+                }
             })
         let tree = TreeOperation(root: root, input: 0)
         OperationQueue().addOperation(tree)
@@ -252,10 +252,11 @@ final class MemoryReleaseTests: BatonTestCase {
         for trial in 0..<200 {
             let remaining = Locked(50)
             let handle = try queue.addChain(first: JitterOperation(trial)) { _ in
-                remaining.mutate {
+                let left = remaining.mutate {
                     $0 -= 1
                     return $0
-                } > 0 ? JitterOperation(trial) : nil
+                }
+                return left > 0 ? JitterOperation(trial) : nil
             }
             if trial % 2 == 0 { DispatchQueue.global().async { handle.cancel() } } else { handle.cancel() }
             let outcome = try handle.waitToOutcome(timeout: testTimeout)

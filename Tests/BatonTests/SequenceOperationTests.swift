@@ -81,8 +81,9 @@ final class SequenceOperationTests: BatonTestCase {
 
     func testTheGeneratorMakesEachStepFromThePreviousOne() {
         let sequence = finished(
-            SequenceOperation<Int>(first: ResultBlockOperation<Int> { $0.finish(with: 1) }, keepsFinishedChildren: true) {
-                previous in
+            SequenceOperation<Int>(
+                first: ResultBlockOperation<Int> { $0.finish(with: 1) }, keepsFinishedChildren: true
+            ) { previous in
                 guard let value = (previous as? ResultOperation<Int>)?.output, value < 64 else { return nil }
                 return ResultBlockOperation<Int> { $0.finish(with: value * 2) }
             })

@@ -130,8 +130,9 @@ final class TemplateTests: BatonTestCase {
             XCTAssertFalse(TemplateCatalog.isTypeName(bad), bad)
         }
         let result = try? TemplateCatalog.template(kind: "result", in: templates)
-        XCTAssertThrowsError(try TemplateCatalog.render(XCTUnwrap(result), name: "Count", values: ["outputType": "Int>"])) {
-            error in
+        XCTAssertThrowsError(
+            try TemplateCatalog.render(XCTUnwrap(result), name: "Count", values: ["outputType": "Int>"])
+        ) { error in
             XCTAssertTrue("\(error)".contains("'Int>' is not a valid outputType"), "\(error)")
         }
     }
@@ -142,11 +143,11 @@ final class TemplateTests: BatonTestCase {
             let values = try TemplateCatalog.completing(["moduleName": "App"], for: template, name: "FetchRecipeTests")
             XCTAssertEqual(values["operationName"], "FetchRecipe", kind)
             XCTAssertTrue(
-                try TemplateCatalog.render(template, name: "FetchRecipeTests", values: values).contains(
-                    "let operation = FetchRecipe()"), kind)
-            XCTAssertEqual(
-                try TemplateCatalog.completing(["operationName": "Other"], for: template, name: "FetchRecipeTests")[
-                    "operationName"], "Other")
+                try TemplateCatalog.render(template, name: "FetchRecipeTests", values: values)
+                    .contains("let operation = FetchRecipe()"),
+                kind)
+            let chosen = try TemplateCatalog.completing(["operationName": "Other"], for: template, name: "FetchRecipeTests")
+            XCTAssertEqual(chosen["operationName"], "Other")
             for unnamed in ["Checks", "Tests"] {
                 XCTAssertThrowsError(try TemplateCatalog.completing([:], for: template, name: unnamed)) { error in
                     XCTAssertTrue("\(error)".contains("Pass --operation <Name>"), "\(error)")
