@@ -22,7 +22,8 @@ let package = Package(
                 // No declared permission: SwiftPM refuses to start a plugin that declares one unless
                 // `--allow-writing-to-package-directory` is given, which would make `--help` fail.
                 // Passed explicitly, the flag still opens the package directory to the sandbox.
-                intent: .custom(verb: "scaffold-operation", description: "Writes a new Baton operation subclass from Baton's templates")
+                intent: .custom(
+                    verb: "scaffold-operation", description: "Writes a new Baton operation subclass from Baton's templates")
             ),
             path: "Sources/BatonScaffold"
         ),

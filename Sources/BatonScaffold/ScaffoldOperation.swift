@@ -40,8 +40,10 @@ struct ScaffoldOperation: CommandPlugin {
         let overwrite = extractor.extractFlag(named: "overwrite") > 0
         let targetName = extractor.extractOption(named: "target").last
         var values = [String: String]()
-        for (flag, option) in [("input", "inputType"), ("output", "outputType"), ("policy", "dependencyPolicy"),
-                               ("failure-policy", "failurePolicy"), ("operation", "operationName"), ("module", "moduleName")] {
+        for (flag, option) in [
+            ("input", "inputType"), ("output", "outputType"), ("policy", "dependencyPolicy"),
+            ("failure-policy", "failurePolicy"), ("operation", "operationName"), ("module", "moduleName"),
+        ] {
             if let value = extractor.extractOption(named: flag).last { values[option] = value }
         }
         let rest = extractor.remainingArguments
@@ -71,7 +73,8 @@ struct ScaffoldOperation: CommandPlugin {
         } catch {
             // The sandbox (macOS) keeps the package directory read-only unless the flag is given.
             throw ScaffoldError.usage(
-                "could not write \(file.path) (\(error.localizedDescription)); run it as swift package --allow-writing-to-package-directory scaffold-operation ...")
+                "could not write \(file.path) (\(error.localizedDescription)); run it as swift package --allow-writing-to-package-directory scaffold-operation ..."
+            )
         }
         print("scaffold-operation: wrote \(file.path)")
     }

@@ -46,7 +46,8 @@ enum TemplateCatalog {
         let text = try String(contentsOf: folder.appendingPathComponent(templateFile), encoding: .utf8)
         let plistData = try Data(contentsOf: folder.appendingPathComponent("TemplateInfo.plist"))
         guard let plist = try PropertyListSerialization.propertyList(from: plistData, format: nil) as? [String: Any],
-              let rawOptions = plist["Options"] as? [[String: Any]] else {
+            let rawOptions = plist["Options"] as? [[String: Any]]
+        else {
             throw ScaffoldError.brokenTemplate(entry.folder, "TemplateInfo.plist has no Options")
         }
         let options = rawOptions.compactMap { option -> Option? in
@@ -68,7 +69,8 @@ enum TemplateCatalog {
         guard template.isTest, values["operationName"] == nil else { return values }
         guard name.hasSuffix("Tests"), name.count > "Tests".count else {
             throw ScaffoldError.usage(
-                "which operation does \(name) test? Pass --operation <Name>, or name the test after it (FetchRecipeTests tests FetchRecipe)")
+                "which operation does \(name) test? Pass --operation <Name>, or name the test after it (FetchRecipeTests tests FetchRecipe)"
+            )
         }
         return values.merging(["operationName": String(name.dropLast("Tests".count))]) { $1 }
     }
@@ -81,7 +83,9 @@ enum TemplateCatalog {
             throw ScaffoldError.unknownOption(unknown, kind: template.kind, known: template.options.map(\.identifier))
         }
         var text = template.text
-            .replacingOccurrences(of: "___FILEHEADER___", with: "\n//  \(name).swift\n//  Made from Baton's \(template.kind) template.\n//")
+            .replacingOccurrences(
+                of: "___FILEHEADER___", with: "\n//  \(name).swift\n//  Made from Baton's \(template.kind) template.\n//"
+            )
             .replacingOccurrences(of: "___FILEBASENAMEASIDENTIFIER___", with: name)
             .replacingOccurrences(of: "___FILEBASENAME___", with: name)
         for option in template.options {
@@ -197,7 +201,8 @@ enum TemplateCatalog {
             skipSpaces()
             let wanted = Array(word.unicodeScalars)
             guard index + wanted.count < scalars.count, Array(scalars[index..<index + wanted.count]) == wanted,
-                  scalars[index + wanted.count] == " " else { return false }
+                scalars[index + wanted.count] == " "
+            else { return false }
             index += wanted.count
             return true
         }
@@ -260,7 +265,8 @@ enum ScaffoldError: Error, CustomStringConvertible {
         case .notAnIdentifier(let name):
             return "'\(name)' is not a Swift identifier: use letters, digits and _, not starting with a digit, and no keyword"
         case .unknownOption(let option, let kind, let known):
-            return "the \(kind) template has no option '\(option)'; it has: \(known.isEmpty ? "none" : known.joined(separator: ", "))"
+            return
+                "the \(kind) template has no option '\(option)'; it has: \(known.isEmpty ? "none" : known.joined(separator: ", "))"
         case .missingOption(let option, let kind):
             return "the \(kind) template needs a value for '\(option)'"
         case .invalidValue(let value, let option, let allowed):

@@ -70,7 +70,9 @@ struct DemoTree {
             let handle = try FileHandle(forWritingTo: large.appendingPathComponent("l\(index).bin"))
             var written = 0
             while written < largeSize {
-                for offset in stride(from: 0, to: block.count, by: 8) { block[offset] = UInt8(truncatingIfNeeded: generator.next()) }
+                for offset in stride(from: 0, to: block.count, by: 8) {
+                    block[offset] = UInt8(truncatingIfNeeded: generator.next())
+                }
                 let count = min(block.count, largeSize - written)
                 try handle.write(contentsOf: block[0..<count])
                 written += count
@@ -110,9 +112,11 @@ func timeCommand(_ executable: String, _ arguments: [String]) throws -> (seconds
     process.waitUntilExit()
     let elapsed = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
     guard process.terminationStatus == 0 else {
-        throw BenchmarkFailure(description: "\(executable) \(arguments.joined(separator: " ")) exited with \(process.terminationStatus)")
+        throw BenchmarkFailure(
+            description: "\(executable) \(arguments.joined(separator: " ")) exited with \(process.terminationStatus)")
     }
-    let peak = String(decoding: output, as: UTF8.self).split(separator: "\n")
+    let peak =
+        String(decoding: output, as: UTF8.self).split(separator: "\n")
         .first { $0.contains("peak memory:") }
         .flatMap { line in line.split(separator: " ").compactMap { Double($0) }.first } ?? .nan
     return (elapsed, peak)
@@ -128,7 +132,9 @@ func measureDemo(tree: URL, concurrency: Int, repetitions: Int) throws -> (demo:
     // Every file, as the demo sees them (no hidden entries), in one cksum invocation batch by xargs.
     let script = "find '\(tree.path)' -name '.*' -prune -o -type f -print0 | xargs -0 cksum > /dev/null"
     _ = try timeCommand("/bin/sh", ["-c", script])   // warm the cache for both
-    var demoTimes = [Double](), peaks = [Double](), cksumTimes = [Double]()
+    var demoTimes = [Double]()
+    var peaks = [Double]()
+    var cksumTimes = [Double]()
     for _ in 0..<repetitions {
         let run = try timeCommand(demo, [tree.path, "--concurrency", String(concurrency)])
         demoTimes.append(run.seconds)

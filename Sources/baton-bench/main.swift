@@ -34,15 +34,16 @@ struct Options {
             case "--million": million = true
             case "--demo-large-files": demoLargeFiles = max(0, Int(iterator.next() ?? "") ?? demoLargeFiles)
             case "--help", "-h":
-                print("""
-                usage: baton-bench [--n 1000,10000,100000] [--reps 3] [--csv] [--only WORKLOAD]
-                                   [--raw-limit N] [--independent-limit N] [--million] [--demo-large-files N]
-                  WORKLOAD is independent, chain, group, sequence, tree, memory or demo
-                  --raw-limit N          largest n for the quadratic raw Foundation chains (default 10000)
-                  --independent-limit N  largest n for independent BlockOperation baselines (default 100000)
-                  --million              add chains of 1,000,000 operations (timed, and in the memory rows)
-                  --demo-large-files N   200 MB files in the demo's generated tree (default 3)
-                """)
+                print(
+                    """
+                    usage: baton-bench [--n 1000,10000,100000] [--reps 3] [--csv] [--only WORKLOAD]
+                                       [--raw-limit N] [--independent-limit N] [--million] [--demo-large-files N]
+                      WORKLOAD is independent, chain, group, sequence, tree, memory or demo
+                      --raw-limit N          largest n for the quadratic raw Foundation chains (default 10000)
+                      --independent-limit N  largest n for independent BlockOperation baselines (default 100000)
+                      --million              add chains of 1,000,000 operations (timed, and in the memory rows)
+                      --demo-large-files N   200 MB files in the demo's generated tree (default 3)
+                    """)
                 exit(0)
             default:
                 FileHandle.standardError.write(Data("unknown argument \(argument)\n".utf8))
@@ -92,7 +93,10 @@ typealias Workload = (_ n: Int) throws -> Void
 /// 100,000 `BlockOperation`s).
 func waitAll(_ queue: OperationQueue, _ what: String) throws {
     let done = DispatchSemaphore(value: 0)
-    let waiter = Thread { queue.waitUntilAllOperationsAreFinished(); done.signal() }
+    let waiter = Thread {
+        queue.waitUntilAllOperationsAreFinished()
+        done.signal()
+    }
     waiter.start()
     guard done.wait(timeout: .now() + 600) == .success else { throw BenchmarkFailure(description: "\(what) timed out") }
 }
@@ -197,11 +201,19 @@ func treeDepth(for n: Int) -> Int {
 let batonTree: Workload = { n in
     let depth = treeDepth(for: n)
     let count = Counter()
-    let root = TreeNode<Int, Int>("level0") { level in ResultBlockOperation { count.add(); $0.finish(with: level) } }
+    let root = TreeNode<Int, Int>("level0") { level in
+        ResultBlockOperation {
+            count.add()
+            $0.finish(with: level)
+        }
+    }
     var parent = root
     for level in 1...max(depth, 1) {
         let node = TreeNode<Int, Int>("level\(level)", items: { _ in Array(repeating: level, count: 10) }) { level in
-            ResultBlockOperation { count.add(); $0.finish(with: level) }
+            ResultBlockOperation {
+                count.add()
+                $0.finish(with: level)
+            }
         }
         parent.addChild(node)
         parent = node
@@ -256,7 +268,8 @@ let workloads: [String: Workload] = [
 // A child process runs one workload once and prints "seconds peak_mib": each measurement gets a
 // fresh heap, so the peak memory is that workload's own.
 if CommandLine.arguments.count == 4, CommandLine.arguments[1] == "--child",
-   let workload = workloads[CommandLine.arguments[2]], let n = Int(CommandLine.arguments[3]) {
+    let workload = workloads[CommandLine.arguments[2]], let n = Int(CommandLine.arguments[3])
+{
     do {
         let elapsed = try seconds { try workload(n) }
         print(elapsed, PeakMemory.mebibytes())
@@ -312,20 +325,29 @@ struct Comparison {
 }
 
 let comparisons = [
-    Comparison(workload: "independent", baton: "baton-independent",
-               baselines: [("BlockOperation", options.independentLimit), ("DispatchGroup", .max), ("TaskGroup", .max)]),
-    Comparison(workload: "chain", baton: "baton-chain",
-               baselines: [("BlockOperation", options.independentLimit), ("raw-chain-one-call", options.rawLimit),
-                           ("raw-chain-one-by-one", options.rawLimit)]),
-    Comparison(workload: "group", baton: "baton-group",
-               baselines: [("BlockOperation", options.independentLimit), ("DispatchGroup", .max)]),
-    Comparison(workload: "sequence", baton: "baton-sequence",
-               baselines: [("BlockOperation", options.independentLimit), ("baton-chain", .max)]),
-    Comparison(workload: "tree", baton: "baton-tree",
-               baselines: [("GCD-tree", .max), ("BlockOperation", options.independentLimit)]),
+    Comparison(
+        workload: "independent", baton: "baton-independent",
+        baselines: [("BlockOperation", options.independentLimit), ("DispatchGroup", .max), ("TaskGroup", .max)]),
+    Comparison(
+        workload: "chain", baton: "baton-chain",
+        baselines: [
+            ("BlockOperation", options.independentLimit), ("raw-chain-one-call", options.rawLimit),
+            ("raw-chain-one-by-one", options.rawLimit),
+        ]),
+    Comparison(
+        workload: "group", baton: "baton-group",
+        baselines: [("BlockOperation", options.independentLimit), ("DispatchGroup", .max)]),
+    Comparison(
+        workload: "sequence", baton: "baton-sequence",
+        baselines: [("BlockOperation", options.independentLimit), ("baton-chain", .max)]),
+    Comparison(
+        workload: "tree", baton: "baton-tree",
+        baselines: [("GCD-tree", .max), ("BlockOperation", options.independentLimit)]),
 ]
 
-if options.csv { print("workload,n,baton_seconds,baseline,baseline_seconds,ratio,peak_rss_mib") } else {
+if options.csv {
+    print("workload,n,baton_seconds,baseline,baseline_seconds,ratio,peak_rss_mib")
+} else {
     print("median of \(options.repetitions); each run in its own process; peak = that process's VmHWM")
 }
 do {
@@ -339,12 +361,16 @@ do {
                 // The tree's BlockOperation baseline has as many operations as the tree has nodes.
                 let row = Row(workload: comparison.workload, n: n, baton: baton, baseline: baseline.name, base: base)
                 if options.csv {
-                    print("\(row.workload),\(n),\(row.baton.seconds),\(row.baseline),\(row.base.seconds),\(row.ratio),\(row.baton.peak)")
+                    print(
+                        "\(row.workload),\(n),\(row.baton.seconds),\(row.baseline),\(row.base.seconds),\(row.ratio),\(row.baton.peak)"
+                    )
                 } else {
                     let perOperation = row.baton.seconds / Double(n) * 1e6
-                    print(String(format: "%-11@ n=%-8d baton %8.4f s %6.2f µs/op %7.1f MiB | %-20@ %9.4f s %7.1f MiB | ratio %6.2f",
-                                 row.workload as NSString, n, row.baton.seconds, perOperation, row.baton.peak,
-                                 row.baseline as NSString, row.base.seconds, row.base.peak, row.ratio))
+                    print(
+                        String(
+                            format: "%-11@ n=%-8d baton %8.4f s %6.2f µs/op %7.1f MiB | %-20@ %9.4f s %7.1f MiB | ratio %6.2f",
+                            row.workload as NSString, n, row.baton.seconds, perOperation, row.baton.peak,
+                            row.baseline as NSString, row.base.seconds, row.base.peak, row.ratio))
                 }
             }
         }
@@ -358,7 +384,8 @@ do {
             ("sequence of N steps", "baton-sequence", 100_000),
         ]
         if options.million {
-            rows.insert(("chain of N, made as it goes (addChain(first:next:)), caller keeps no array", "baton-chain-generated", 1_000_000), at: 0)
+            let generated = "chain of N, made as it goes (addChain(first:next:)), caller keeps no array"
+            rows.insert((generated, "baton-chain-generated", 1_000_000), at: 0)
             rows.insert(("chain of N from an array the caller drops", "baton-chain", 1_000_000), at: 1)
         }
         for row in rows {
@@ -366,9 +393,12 @@ do {
             if options.csv {
                 print("memory:\(row.workload),\(row.n),\(run.seconds),empty-process,\(empty.seconds),,\(run.peak)")
             } else {
-                print(String(format: "memory      n=%-8d peak %7.1f MiB (%7.1f MiB above an empty process's %5.1f) %8.3f s %6.2f µs/op | %@",
-                             row.n, run.peak, run.peak - empty.peak, empty.peak, run.seconds, run.seconds / Double(row.n) * 1e6,
-                             row.label as NSString))
+                print(
+                    String(
+                        format:
+                            "memory      n=%-8d peak %7.1f MiB (%7.1f MiB above an empty process's %5.1f) %8.3f s %6.2f µs/op | %@",
+                        row.n, run.peak, run.peak - empty.peak, empty.peak, run.seconds, run.seconds / Double(row.n) * 1e6,
+                        row.label as NSString))
             }
         }
     }
@@ -382,13 +412,20 @@ do {
         let tiny = try measureDemo(tree: tree.tinyRoot, concurrency: 4, repetitions: options.repetitions)
         let label = "\(smallFiles) files of 1-4 KiB + \(options.demoLargeFiles) of 200 MB"
         if options.csv {
-            print("demo,\(smallFiles + options.demoLargeFiles),\(whole.demo),cksum,\(whole.cksum),\(whole.demo / whole.cksum),\(whole.peak)")
+            print(
+                "demo,\(smallFiles + options.demoLargeFiles),\(whole.demo),cksum,\(whole.cksum),\(whole.demo / whole.cksum),\(whole.peak)"
+            )
             print("demo-tiny,\(smallFiles),\(tiny.demo),cksum,\(tiny.cksum),\(tiny.demo / tiny.cksum),\(tiny.peak)")
         } else {
-            print(String(format: "demo        %@: baton-demo -j 4 %7.3f s, peak %6.1f MiB | cksum %7.3f s | ratio %5.2f",
-                         label as NSString, whole.demo, whole.peak, whole.cksum, whole.demo / whole.cksum))
-            print(String(format: "demo        %d tiny files alone: baton-demo -j 4 %7.3f s = %5.1f µs per file, peak %6.1f MiB | cksum %7.3f s | ratio %5.2f",
-                         smallFiles, tiny.demo, tiny.demo / Double(smallFiles) * 1e6, tiny.peak, tiny.cksum, tiny.demo / tiny.cksum))
+            print(
+                String(
+                    format: "demo        %@: baton-demo -j 4 %7.3f s, peak %6.1f MiB | cksum %7.3f s | ratio %5.2f",
+                    label as NSString, whole.demo, whole.peak, whole.cksum, whole.demo / whole.cksum))
+            print(
+                String(
+                    format:
+                        "demo        %d tiny files alone: baton-demo -j 4 %7.3f s = %5.1f µs per file, peak %6.1f MiB | cksum %7.3f s | ratio %5.2f",
+                    smallFiles, tiny.demo, tiny.demo / Double(smallFiles) * 1e6, tiny.peak, tiny.cksum, tiny.demo / tiny.cksum))
         }
     }
 } catch {

@@ -34,7 +34,9 @@ struct DemoOptions: Equatable {
                 }
                 options.concurrency = value
             case "--manifest":
-                guard let file = iterator.next(), !file.isEmpty else { return .failure(UsageError("--manifest needs a file name")) }
+                guard let file = iterator.next(), !file.isEmpty else {
+                    return .failure(UsageError("--manifest needs a file name"))
+                }
                 options.manifest = file
             default:
                 if argument.hasPrefix("-") && argument != "-" { return .failure(UsageError("unknown option \(argument)")) }
@@ -108,7 +110,8 @@ func runDemo(_ commandLine: [String], beforeRead: (@Sendable (ChecksumFile) -> V
 
     let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
     let counts = audit.ledger.snapshot
-    print("""
+    print(
+        """
         Audited \(options.directory)
           directories:    \(counts.directories)
           files:          \(counts.filesRead) read of \(counts.filesFound) found
@@ -144,7 +147,8 @@ func runDemo(_ commandLine: [String], beforeRead: (@Sendable (ChecksumFile) -> V
 /// The live progress line: files and bytes read against what the walk has found so far.
 func progressLine(_ counts: Ledger.Counts) -> String {
     let percent = counts.bytesFound > 0 ? Double(counts.bytesRead) / Double(counts.bytesFound) * 100 : 0
-    return "\(counts.filesRead)/\(counts.filesFound) files, \(formatted(bytes: counts.bytesRead)) of \(formatted(bytes: counts.bytesFound)) found so far "
+    return
+        "\(counts.filesRead)/\(counts.filesFound) files, \(formatted(bytes: counts.bytesRead)) of \(formatted(bytes: counts.bytesFound)) found so far "
         + "(\(String(format: "%.0f", percent))%), \(counts.unreadable) unreadable"
 }
 
@@ -166,7 +170,7 @@ func peakMemoryMebibytes() -> Double {
     return Double(usage.ru_maxrss) / 1_048_576   // bytes
     #else
     guard getrusage(RUSAGE_SELF.rawValue, &usage) == 0 else { return .nan }
-    return Double(usage.ru_maxrss) / 1024        // KiB
+    return Double(usage.ru_maxrss) / 1024   // KiB
     #endif
 }
 

@@ -36,7 +36,7 @@ enum Kind: Int, CaseIterable, Sendable {
 /// The violations the tool counts.
 enum Violation: Int, CaseIterable, Sendable {
     case outcomeNotOnce, noOutcome, notFinished, executeAfterFinish, executeTwice, succeededWithoutExecute,
-         cancelledWithOtherOutcome, compositeBeforeChild, wrongOutput, unexpectedError, survivor, stuckBatch, rssGrowth
+        cancelledWithOtherOutcome, compositeBeforeChild, wrongOutput, unexpectedError, survivor, stuckBatch, rssGrowth
 
     var label: String {
         switch self {
@@ -181,10 +181,14 @@ final class Ledger: @unchecked Sendable {
                 for kid in kids where counts[kid] == 0 && !discarded[kid] {
                     if started[kid] || executes[kid] > 0 {
                         violations[.compositeBeforeChild, default: 0] += 1
-                        details["composite finished before a started child: \(kinds[id].label) (\(tag)) before its \(kinds[kid].label)", default: 0] += 1
+                        details[
+                            "composite finished before a started child: \(kinds[id].label) (\(tag)) before its \(kinds[kid].label)",
+                            default: 0] += 1
                     } else {
                         // A child that never started and is retired after its parent's outcome: reported, not counted.
-                        notes["\(kinds[id].label) (\(tag)) had its outcome before its unstarted \(kinds[kid].label) was retired", default: 0] += 1
+                        notes[
+                            "\(kinds[id].label) (\(tag)) had its outcome before its unstarted \(kinds[kid].label) was retired",
+                            default: 0] += 1
                     }
                 }
             }
@@ -204,7 +208,8 @@ final class Ledger: @unchecked Sendable {
         withLock {
             if finishedAlready || counts[id] > 0 {
                 violations[.executeAfterFinish, default: 0] += 1
-                details["execute() after finish: \(kinds[id].label) (outcome \(tags[id]), isFinished \(finishedAlready))", default: 0] += 1
+                let detail = "execute() after finish: \(kinds[id].label) (outcome \(tags[id]), isFinished \(finishedAlready))"
+                details[detail, default: 0] += 1
             }
             if executes[id] > 0 { violations[.executeTwice, default: 0] += 1 }
             executes[id] += 1
@@ -291,7 +296,9 @@ final class Ledger: @unchecked Sendable {
                 if counts[index] == 0 {
                     violations[.noOutcome, default: 0] += 1
                     let owner = parents[index].map { " in a \(kinds[$0].label) that ended \(tags[$0])" } ?? ""
-                    details["no outcome: \(kinds[index].label), \(roles[index].rawValue)\(owner)\(stuck ? " (stuck batch)" : " (orphaned: its roots finished)")", default: 0] += 1
+                    details[
+                        "no outcome: \(kinds[index].label), \(roles[index].rawValue)\(owner)\(stuck ? " (stuck batch)" : " (orphaned: its roots finished)")",
+                        default: 0] += 1
                 } else if counts[index] > 1 {
                     violations[.outcomeNotOnce, default: 0] += 1
                     details["outcome delivered more than once: \(kinds[index].label) ×\(counts[index])", default: 0] += 1

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+
 #if canImport(Darwin)
 import Darwin
 #elseif canImport(Glibc)

@@ -243,15 +243,17 @@ final class BatchBuilder {
             if timeout == nil { timeout = random.double(0.0005...0.01) }
         }
         let cancelAfter: Int? = random.chance(0.06) ? (random.chance(0.3) ? 0 : random.int(1...1_000)) : nil
-        return LeafPlan(finish: finish, fails: fails, finishesTwice: random.chance(0.02),
-                        cancelFinishesAsynchronously: random.chance(0.5), value: random.int(0...1_000_000),
-                        timeout: timeout, cancelAfter: cancelAfter)
+        return LeafPlan(
+            finish: finish, fails: fails, finishesTwice: random.chance(0.02),
+            cancelFinishesAsynchronously: random.chance(0.5), value: random.int(0...1_000_000),
+            timeout: timeout, cancelAfter: cancelAfter)
     }
 
     /// An eager leaf; its planned cancellation fires once the scenario's root is enqueued.
     private func leaf(parent: Int?, root: Bool = false, scenario: Scenario? = nil) -> AsyncOperation {
         let plan = leafPlan()
-        let leaf: AsyncOperation = random.chance(0.5)
+        let leaf: AsyncOperation =
+            random.chance(0.5)
             ? VoidLeaf(ledger, plan, root: root, parent: parent, scenario: scenario)
             : IntLeaf(ledger, plan, root: root, parent: parent, scenario: scenario)
         plannedCancel(leaf)
@@ -325,13 +327,16 @@ final class BatchBuilder {
         let id = ledger.register(.resultGroup, root: root, parent: parent, scenario: scenario)
         let children = (0..<random.int(1...6)).map { _ in intChild(depth: depth, parent: id) }
         let expected = children.compactMap { ($0 as? IntLeaf)?.plan.value }
-        let group = ResultGroupOperation<Int>(operations: children, failurePolicy: failurePolicy(),
-                                              maxConcurrentOperationCount: maxConcurrent())
+        let group = ResultGroupOperation<Int>(
+            operations: children, failurePolicy: failurePolicy(),
+            maxConcurrentOperationCount: maxConcurrent())
         ledger.bind(id, group)
         if expected.count == children.count {
             group.onFinish { [ledger] result in
                 if case .succeeded(let values) = result, values != expected {
-                    ledger.count(.wrongOutput, detail: "ResultGroupOperation gave \(values.count) values, expected \(expected.count) in order")
+                    ledger.count(
+                        .wrongOutput,
+                        detail: "ResultGroupOperation gave \(values.count) values, expected \(expected.count) in order")
                 }
             }
         }
@@ -356,7 +361,9 @@ final class BatchBuilder {
         let expected = first.plan.value + length - 1
         sequence.onFinish { [ledger] result in
             if case .succeeded(let value) = result, value != expected {
-                ledger.count(.wrongOutput, detail: "list sequence of \(length) applied \(value - expected + length - 1) of its \(length - 1) increments")
+                ledger.count(
+                    .wrongOutput,
+                    detail: "list sequence of \(length) applied \(value - expected + length - 1) of its \(length - 1) increments")
             }
         }
         decorate(sequence)
@@ -395,7 +402,11 @@ final class BatchBuilder {
         let expected = first.plan.value + length - 1
         sequence.onFinish { result in
             if case .succeeded(let value) = result, value != expected {
-                ledger.count(.wrongOutput, detail: "generator sequence of \(length) applied \(value - expected + length - 1) of its \(length - 1) increments")
+                ledger.count(
+                    .wrongOutput,
+                    detail:
+                        "generator sequence of \(length) applied \(value - expected + length - 1) of its \(length - 1) increments"
+                )
             }
         }
         decorate(sequence)
@@ -445,10 +456,13 @@ final class BatchBuilder {
             return leaf
         }
         let top = TreeNode<Int, Int>("root", items: { _ in Array(rootPlans.indices) }) { make(rootPlans[$0]) }
-        let below = TreeNode<Int, Int>("below", items: { _ -> [Int] in
-            if itemsThrow { throw StressFailure(code: -1) }
-            return Array(childPlans.indices)
-        }) { make(childPlans[$0]) }
+        let below = TreeNode<Int, Int>(
+            "below",
+            items: { _ -> [Int] in
+                if itemsThrow { throw StressFailure(code: -1) }
+                return Array(childPlans.indices)
+            }
+        ) { make(childPlans[$0]) }
         if retries { below.retry(maximumAttempts: 2) }
         top.addChild(below)
         let tree = TreeOperation(root: top, input: 0, maxConcurrentOperationCount: maxConcurrent())

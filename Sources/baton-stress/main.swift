@@ -13,17 +13,17 @@ import Foundation
 // executes after finishing, and is freed; that batches complete; and that resident memory stays flat.
 
 let usage = """
-usage: baton-stress [options]
-  --operations N     operations in total, leaves and composites (default 1000000)
-  --batch N          operations per batch (default 10000)
-  --seed S           seed (default: $BATON_STRESS_SEED, else random); always printed
-  --exclude A,B      scenarios to leave out: \(Scenario.allCases.map(\.rawValue).joined(separator: ", "))
-  --batch-timeout S  longest wait for a batch, in seconds (default 60)
-  --stall S          a batch without any new outcome for S seconds is stuck (default 10)
-  --max-stuck N      stop after N stuck batches (default 3; 0 = never stop)
-  --rss-margin MiB   allowed RSS growth after the warm-up batch (default 64)
-  --help             this text
-"""
+    usage: baton-stress [options]
+      --operations N     operations in total, leaves and composites (default 1000000)
+      --batch N          operations per batch (default 10000)
+      --seed S           seed (default: $BATON_STRESS_SEED, else random); always printed
+      --exclude A,B      scenarios to leave out: \(Scenario.allCases.map(\.rawValue).joined(separator: ", "))
+      --batch-timeout S  longest wait for a batch, in seconds (default 60)
+      --stall S          a batch without any new outcome for S seconds is stuck (default 10)
+      --max-stuck N      stop after N stuck batches (default 3; 0 = never stop)
+      --rss-margin MiB   allowed RSS growth after the warm-up batch (default 64)
+      --help             this text
+    """
 
 struct Options {
     var operations = 1_000_000
@@ -194,7 +194,9 @@ let diagnostics = Locked([String: Int]())
 Diagnostics.handler = { diagnostic in diagnostics.withLock { $0["\(diagnostic.kind)", default: 0] += 1 } }
 
 say("baton-stress: seed \(seed) (replay with --seed \(seed) or BATON_STRESS_SEED=\(seed))")
-say("baton-stress: \(options.operations) operations in about \(batchCount) batches of \(options.batch); scenarios: \(scenarios.map(\.rawValue).joined(separator: ", "))")
+say(
+    "baton-stress: \(options.operations) operations in about \(batchCount) batches of \(options.batch); scenarios: \(scenarios.map(\.rawValue).joined(separator: ", "))"
+)
 
 var queue = OperationQueue()
 queue.name = "baton-stress shared"
@@ -227,7 +229,8 @@ while totalCreated < options.operations {
     rssSamples.append(report.rss)
     for (scenario, count) in report.scenarios { scenarioTotals[scenario, default: 0] += count }
 
-    let isLast = totalCreated >= options.operations || (report.stuck && options.maxStuck > 0 && stuckBatches + 1 >= options.maxStuck)
+    let isLast =
+        totalCreated >= options.operations || (report.stuck && options.maxStuck > 0 && stuckBatches + 1 >= options.maxStuck)
     if isLast, ResidentMemory.isMeasured, rssSamples.count >= 2 {
         // Flat: the last batch may not exceed the batch after warm-up (the second, or the first of two) by the margin.
         let baseline = rssSamples[min(1, rssSamples.count - 2)]
@@ -245,13 +248,20 @@ while totalCreated < options.operations {
 
     let rate = Double(report.created) / max(report.seconds, 1e-9)
     let marks = report.phases.map { String(format: "%.2f", $0) }.joined(separator: "/")
-    say(String(format: "batch %d: %d ops (%d roots) in %.2f s (%.0f ops/s; built/roots/all/checked/freed at %@ s), RSS %@, violations: %@%@",
-                 batchIndex, report.created, report.roots, report.seconds, rate, marks, mib(report.rss),
-                 describe(report.violations), report.stuck ? " — STUCK" : ""))
+    say(
+        String(
+            format:
+                "batch %d: %d ops (%d roots) in %.2f s (%.0f ops/s; built/roots/all/checked/freed at %@ s), RSS %@, violations: %@%@",
+            batchIndex, report.created, report.roots, report.seconds, rate, marks, mib(report.rss),
+            describe(report.violations), report.stuck ? " — STUCK" : ""))
     if report.stuck {
         stuckBatches += 1
-        say("  stuck batch \(batchIndex) (seed \(seed), batch seed \(batchSeed)): no new outcome for \(options.stall) s or over \(options.batchTimeout) s; abandoned with \(report.abandoned) live operations")
-        for (key, count) in report.unfinished.roots.sorted(by: { $0.key < $1.key }) { say("    unfinished root: \(count) × \(key)") }
+        say(
+            "  stuck batch \(batchIndex) (seed \(seed), batch seed \(batchSeed)): no new outcome for \(options.stall) s or over \(options.batchTimeout) s; abandoned with \(report.abandoned) live operations"
+        )
+        for (key, count) in report.unfinished.roots.sorted(by: { $0.key < $1.key }) {
+            say("    unfinished root: \(count) × \(key)")
+        }
         for (key, count) in report.unfinished.all.sorted(by: { $0.key < $1.key }) { say("    unfinished: \(count) × \(key)") }
         // The stuck operations stay in the old queue; the next batch gets a fresh one.
         queue = OperationQueue()
@@ -274,13 +284,17 @@ let violationTotal = totals.values.reduce(0, +)
 say("")
 say("== baton-stress summary")
 say("seed:               \(seed)")
-say("operations run:     \(totalCreated) (leaves and composites; \(totalRoots) roots on the shared queue or chains)\(stoppedEarly ? " — stopped early" : "")")
+say(
+    "operations run:     \(totalCreated) (leaves and composites; \(totalRoots) roots on the shared queue or chains)\(stoppedEarly ? " — stopped early" : "")"
+)
 say("batches:            \(batchIndex) (\(stuckBatches) stuck)")
 say(String(format: "elapsed:            %.2f s", elapsed))
 say(String(format: "operations/s:       %.0f", Double(totalCreated) / max(elapsed, 1e-9)))
-say("scenarios:          " + Scenario.allCases.compactMap { scenario in
-    scenarioTotals[scenario].map { "\(scenario.rawValue) \($0)" }
-}.joined(separator: ", "))
+say(
+    "scenarios:          "
+        + Scenario.allCases.compactMap { scenario in
+            scenarioTotals[scenario].map { "\(scenario.rawValue) \($0)" }
+        }.joined(separator: ", "))
 say("violations:         \(violationTotal)")
 for kind in Violation.allCases { say("  \(kind.label): \(totals[kind] ?? 0)") }
 if !detailTotals.isEmpty {
@@ -296,11 +310,17 @@ if !noteTotals.isEmpty {
 say("survivors:          \(survivorsTotal) (plus \(abandonedTotal) left alive in abandoned stuck batches)")
 if ResidentMemory.isMeasured {
     let verdict = last <= baseline + UInt64(options.rssMargin * 1_048_576) ? "flat" : "GREW"
-    say("RSS:                first \(mib(first)), after warm-up \(mib(baseline)), last \(mib(last)), peak \(mib(peak)); \(verdict) (margin \(Int(options.rssMargin)) MiB)")
+    say(
+        "RSS:                first \(mib(first)), after warm-up \(mib(baseline)), last \(mib(last)), peak \(mib(peak)); \(verdict) (margin \(Int(options.rssMargin)) MiB)"
+    )
 } else {
     say("RSS:                not measured on this platform (0)")
 }
 let diagnosticCounts = diagnostics.withLock { $0 }
-say("diagnostics:        " + (diagnosticCounts.isEmpty ? "none" : diagnosticCounts.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")) + " (informational)")
+say(
+    "diagnostics:        "
+        + (diagnosticCounts.isEmpty
+            ? "none" : diagnosticCounts.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+        + " (informational)")
 say("baton-stress: \(passed) passed, \(failed) failed")
 exit(violationTotal == 0 ? 0 : 1)

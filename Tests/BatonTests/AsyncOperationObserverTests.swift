@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import XCTest
+
 @testable import Baton
 
 /// Records what it is told, with the operation's state at that moment.
@@ -44,14 +45,16 @@ final class AsyncOperationObserverTests: BatonTestCase {
         queue.addOperation(operation)
         drain(queue)
 
-        XCTAssertEqual(events.value, [
-            "delegate start executing=true",
-            "onStart",
-            "execute",
-            "delegate success 5 finished=false",
-            "untyped onFinish succeeded(()) finished=false",
-            "typed onFinish succeeded(5) finished=false",
-        ])
+        XCTAssertEqual(
+            events.value,
+            [
+                "delegate start executing=true",
+                "onStart",
+                "execute",
+                "delegate success 5 finished=false",
+                "untyped onFinish succeeded(()) finished=false",
+                "typed onFinish succeeded(5) finished=false",
+            ])
     }
 
     func testTheDelegateHearsFailureAndCancellation() {
@@ -64,11 +67,13 @@ final class AsyncOperationObserverTests: BatonTestCase {
         cancelled.delegate = delegate
         cancelled.cancel()
         cancelled.start()
-        XCTAssertEqual(events.value, [
-            "delegate start executing=true",
-            "delegate failure TestError(code: 2) finished=false",
-            "delegate cancel finished=false",
-        ])
+        XCTAssertEqual(
+            events.value,
+            [
+                "delegate start executing=true",
+                "delegate failure TestError(code: 2) finished=false",
+                "delegate cancel finished=false",
+            ])
     }
 
     func testAnObserverAddedAfterTheOutcomeIsCalledAtOnce() {

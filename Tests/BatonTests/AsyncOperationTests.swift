@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import XCTest
+
 @testable import Baton
 
 final class AsyncOperationTests: BatonTestCase {
@@ -58,11 +59,13 @@ final class AsyncOperationTests: BatonTestCase {
         XCTAssertEqual(events.value, [.willChange("isExecuting"), .didChange("isExecuting")])
 
         operation.finish(with: 1)
-        XCTAssertEqual(events.value, [
-            .willChange("isExecuting"), .didChange("isExecuting"),
-            .willChange("isExecuting"), .willChange("isFinished"),
-            .didChange("isExecuting"), .didChange("isFinished"),
-        ])
+        XCTAssertEqual(
+            events.value,
+            [
+                .willChange("isExecuting"), .didChange("isExecuting"),
+                .willChange("isExecuting"), .willChange("isFinished"),
+                .didChange("isExecuting"), .didChange("isFinished"),
+            ])
     }
 
     func testSkippedOperationAnnouncesOnlyFinished() {
@@ -85,11 +88,13 @@ final class AsyncOperationTests: BatonTestCase {
         }
         operation.start()
         operation.finish(with: 1)
-        XCTAssertEqual(seen.value, [
-            "isExecuting executing=true finished=false",
-            "isExecuting executing=false finished=true",
-            "isFinished executing=false finished=true",
-        ])
+        XCTAssertEqual(
+            seen.value,
+            [
+                "isExecuting executing=true finished=false",
+                "isExecuting executing=false finished=true",
+                "isFinished executing=false finished=true",
+            ])
     }
 
     // MARK: - Cancellation
@@ -243,7 +248,10 @@ final class AsyncOperationTests: BatonTestCase {
 
     func testTransformWithoutInputFailsWithoutExecuting() {
         let ran = Locked(0)
-        let operation = TransformBlockOperation<Int, Int> { ran.increment(); $0.finish(with: 0) }
+        let operation = TransformBlockOperation<Int, Int> {
+            ran.increment()
+            $0.finish(with: 0)
+        }
         operation.start()
         XCTAssertEqual(ran.value, 0)
         guard case .failed(BatonError.missingInput)? = operation.outcome else {
@@ -303,7 +311,9 @@ final class AsyncOperationTests: BatonTestCase {
             let operation = operations[index / 3]
             switch index % 3 {
             case 0: operation.finish(with: index)
-            case 1: operation.cancel(); operation.finish()
+            case 1:
+                operation.cancel()
+                operation.finish()
             default: operation.finish(throwing: TestError(code: index))
             }
         }

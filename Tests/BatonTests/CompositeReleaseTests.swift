@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import Baton
 
 /// Composites and their children are freed once they have finished: no parent↔child cycle survives.
@@ -31,7 +32,10 @@ final class CompositeReleaseTests: BatonTestCase {
         assertFreed { freed in
             let box = Locked<Gate?>(freed)
             return RetryOperation<Int>(maximumAttempts: 2) { attempt in
-                let gate = box.mutate { gate -> Gate? in defer { gate = nil }; return gate }
+                let gate = box.mutate { gate -> Gate? in
+                    defer { gate = nil }
+                    return gate
+                }
                 return TrackedResult(freed: gate, fail: attempt == 1)
             }
         }
@@ -41,7 +45,11 @@ final class CompositeReleaseTests: BatonTestCase {
         assertFreed { freed in
             let box = Locked<Gate?>(freed)
             let root = TreeNode<Int, Int>("root", items: { _ in [1, 2] }) { _ in
-                TrackedResult(freed: box.mutate { gate -> Gate? in defer { gate = nil }; return gate }, fail: false)
+                TrackedResult(
+                    freed: box.mutate { gate -> Gate? in
+                        defer { gate = nil }
+                        return gate
+                    }, fail: false)
             }
             return TreeOperation(root: root, input: 0)
         }
@@ -49,7 +57,9 @@ final class CompositeReleaseTests: BatonTestCase {
 
     func testGroupsNestedInSequencesAreFreed() {
         assertFreed { freed in
-            SequenceOperation<Void>(operations: [GroupOperation(operations: [TrackedOperation(freed: freed)]), AsyncBlockOperation { $0.finish() }])
+            SequenceOperation<Void>(operations: [
+                GroupOperation(operations: [TrackedOperation(freed: freed)]), AsyncBlockOperation { $0.finish() },
+            ])
         }
     }
 }

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import XCTest
+
 @testable import Baton
 
 final class ConcurrencyTests: BatonTestCase {

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import Baton
 
 /// Errors and diagnostics name their operation by an `OperationReference`: a display name, and an
@@ -16,7 +17,8 @@ final class CulpritTests: BatonTestCase {
         queue.addOperations([first, second, afterFirst, afterSecond], waitUntilFinished: true)
 
         guard case .failed(BatonError.dependencyFailed(let blamedByFirst, _))? = afterFirst.outcome,
-              case .failed(BatonError.dependencyFailed(let blamedBySecond, _))? = afterSecond.outcome else {
+            case .failed(BatonError.dependencyFailed(let blamedBySecond, _))? = afterSecond.outcome
+        else {
             return XCTFail("\(String(describing: afterFirst.outcome)), \(String(describing: afterSecond.outcome))")
         }
         XCTAssertEqual(blamedByFirst.name, blamedBySecond.name, "both are unnamed AsyncBlockOperations")
@@ -66,7 +68,9 @@ final class CulpritTests: BatonTestCase {
         }
         let tree = TreeOperation(root: root, input: 2)
         _ = try? tree.runToOutcome()
-        guard case .failed(BatonError.treeFailed(let failures))? = tree.outcome else { return XCTFail("\(String(describing: tree.outcome))") }
+        guard case .failed(BatonError.treeFailed(let failures))? = tree.outcome else {
+            return XCTFail("\(String(describing: tree.outcome))")
+        }
         let second = failures.first { if case .treeNodeFailed(["item[1]"], _, _) = $0 { return true } else { return false } }
         XCTAssertTrue(second?.culprit?.operation === failing.value)
     }
@@ -148,8 +152,8 @@ final class OutcomeTests: BatonTestCase {
     }
 }
 
-private extension Result {
-    var failureValue: Failure? {
+extension Result {
+    fileprivate var failureValue: Failure? {
         if case .failure(let failure) = self { return failure }
         return nil
     }

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import Baton
 @testable import baton_demo
 
@@ -20,11 +21,14 @@ final class DemoTests: BatonTestCase {
         }
         // Links are counted and not followed: one to a file (it would count that file twice), one to
         // a directory above (the walk would loop), one dangling.
-        try FileManager.default.createSymbolicLink(at: directory.appendingPathComponent("a/again.txt"),
-                                                   withDestinationURL: directory.appendingPathComponent("file1.txt"))
-        try FileManager.default.createSymbolicLink(at: directory.appendingPathComponent("a/b/loop"), withDestinationURL: directory)
-        try FileManager.default.createSymbolicLink(at: directory.appendingPathComponent("a/dangling"),
-                                                   withDestinationURL: directory.appendingPathComponent("missing"))
+        try FileManager.default.createSymbolicLink(
+            at: directory.appendingPathComponent("a/again.txt"),
+            withDestinationURL: directory.appendingPathComponent("file1.txt"))
+        try FileManager.default.createSymbolicLink(
+            at: directory.appendingPathComponent("a/b/loop"), withDestinationURL: directory)
+        try FileManager.default.createSymbolicLink(
+            at: directory.appendingPathComponent("a/dangling"),
+            withDestinationURL: directory.appendingPathComponent("missing"))
     }
 
     override func tearDownWithError() throws {
@@ -73,9 +77,11 @@ final class DemoTests: BatonTestCase {
         // The file vanishes between the listing and the read: a real failed open, even as root.
         let vanishing = directory.appendingPathComponent("a/file3.txt").path
         let manifest = directory.appendingPathComponent("manifest.txt")
-        let status = runDemo(["baton-demo", directory.path, "--manifest", manifest.path], beforeRead: { operation in
-            if operation.file.path.display == vanishing { try? FileManager.default.removeItem(atPath: vanishing) }
-        })
+        let status = runDemo(
+            ["baton-demo", directory.path, "--manifest", manifest.path],
+            beforeRead: { operation in
+                if operation.file.path.display == vanishing { try? FileManager.default.removeItem(atPath: vanishing) }
+            })
         XCTAssertEqual(status, 1)
         let text = try String(contentsOf: manifest, encoding: .utf8)
         XCTAssertTrue(text.contains("unreadable 13 a/file3.txt\n"), text)
@@ -162,14 +168,19 @@ final class DemoTests: BatonTestCase {
     func testOneInterruptCancelsTheAuditAndStillPrintsTheSummary() {
         // The first file read sends the process SIGINT, as a Ctrl-C does: the audit stops and reports.
         let raised = Locked(false)
-        let status = runDemo(["baton-demo", directory.path, "-j", "1"], beforeRead: { operation in
-            let first = raised.mutate { raised -> Bool in defer { raised = true }; return !raised }
-            if first {
-                kill(getpid(), SIGINT)
-                // Hold this read until the cancellation has reached it (bounded).
-                XCTAssertTrue(eventually { operation.isCancelled })
-            }
-        })
+        let status = runDemo(
+            ["baton-demo", directory.path, "-j", "1"],
+            beforeRead: { operation in
+                let first = raised.mutate { raised -> Bool in
+                    defer { raised = true }
+                    return !raised
+                }
+                if first {
+                    kill(getpid(), SIGINT)
+                    // Hold this read until the cancellation has reached it (bounded).
+                    XCTAssertTrue(eventually { operation.isCancelled })
+                }
+            })
         XCTAssertEqual(status, 130)
         XCTAssertTrue(raised.value)
     }
@@ -181,8 +192,9 @@ final class DemoTests: BatonTestCase {
         XCTAssertEqual(runDemo(["baton-demo", directory.path, directory.path]), 2)
         XCTAssertEqual(runDemo(["baton-demo", "--manifest"]), 2)
         XCTAssertEqual(DemoOptions.parse(["--no-such-flag"]), .failure(UsageError("unknown option --no-such-flag")))
-        XCTAssertEqual(DemoOptions.parse(["-j", "3", "dir", "--manifest", "m.txt"]),
-                       .success(DemoOptions(directory: "dir", concurrency: 3, manifest: "m.txt")))
+        XCTAssertEqual(
+            DemoOptions.parse(["-j", "3", "dir", "--manifest", "m.txt"]),
+            .success(DemoOptions(directory: "dir", concurrency: 3, manifest: "m.txt")))
         XCTAssertEqual(DemoOptions.parse(["--help"]), .success(nil))
         XCTAssertEqual(runDemo(["baton-demo", directory.path, "--concurrency", "2"]), 0)
     }

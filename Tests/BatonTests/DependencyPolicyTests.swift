@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import Baton
 
 final class DependencyPolicyTests: BatonTestCase {
@@ -95,7 +96,10 @@ final class DependencyPolicyTests: BatonTestCase {
         let queue = OperationQueue()
         queue.addOperations([root, middle, leaf], waitUntilFinished: false)
         drain(queue)
-        guard case .failed(BatonError.dependencyFailed("middle", BatonError.dependencyFailed("root", let underlying)))? = leaf.outcome else {
+        guard
+            case .failed(BatonError.dependencyFailed("middle", BatonError.dependencyFailed("root", let underlying)))? =
+                leaf.outcome
+        else {
             return XCTFail("got \(String(describing: leaf.outcome))")
         }
         XCTAssertEqual(underlying as? TestError, TestError(code: 3))

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import Baton
 
 final class DiagnosticTests: BatonTestCase {

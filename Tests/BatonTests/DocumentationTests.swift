@@ -61,12 +61,21 @@ final class DocumentationTests: BatonTestCase {
             let swift = blocks(in: try read(page), language: "swift")
             guard let first = swift.first else { continue }
             pagesWithSwift += 1
-            XCTAssertTrue(first.contains("import Baton") && first.contains("import Foundation"), "\(page): the first Swift block does not import Baton and Foundation")
+            XCTAssertTrue(
+                first.contains("import Baton") && first.contains("import Foundation"),
+                "\(page): the first Swift block does not import Baton and Foundation")
             let program = swift.joined(separator: "\n")
-            let awaitsAtTopLevel = program.split(separator: "\n").contains { $0.hasPrefix("let ") && $0.contains("= try await ") || $0.hasPrefix("try await ") }
-            let blockingCalls = ["waitUntilFinished()", "wait(timeout:", ".run(on: serial, timeout:", "run(timeout:", "waitUntilAllOperationsAreFinished"]
+            let awaitsAtTopLevel = program.split(separator: "\n").contains {
+                $0.hasPrefix("let ") && $0.contains("= try await ") || $0.hasPrefix("try await ")
+            }
+            let blockingCalls = [
+                "waitUntilFinished()", "wait(timeout:", ".run(on: serial, timeout:", "run(timeout:",
+                "waitUntilAllOperationsAreFinished",
+            ]
             if awaitsAtTopLevel {
-                let blockingAtTopLevel = program.split(separator: "\n").filter { line in !line.hasPrefix(" ") && blockingCalls.contains { line.contains($0) } }
+                let blockingAtTopLevel = program.split(separator: "\n").filter { line in
+                    !line.hasPrefix(" ") && blockingCalls.contains { line.contains($0) }
+                }
                 XCTAssertEqual(blockingAtTopLevel, [], "\(page) awaits at top level and also blocks there")
             }
             XCTAssertFalse(blocks(in: try read(page), language: "output").isEmpty, "\(page) runs Swift but shows no ```output")

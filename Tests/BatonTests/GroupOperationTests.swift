@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import XCTest
+
 @testable import Baton
 
 final class GroupOperationTests: BatonTestCase {
@@ -20,11 +21,12 @@ final class GroupOperationTests: BatonTestCase {
     }
 
     func testErrorsAreCollectedAndTheGroupFails() {
-        let group = finished(GroupOperation(operations: [
-            ImmediateOperation(.failure(TestError(code: 1))),
-            ImmediateOperation(.success(2)),
-            ImmediateOperation(.failure(TestError(code: 3))),
-        ]))
+        let group = finished(
+            GroupOperation(operations: [
+                ImmediateOperation(.failure(TestError(code: 1))),
+                ImmediateOperation(.success(2)),
+                ImmediateOperation(.failure(TestError(code: 3))),
+            ]))
         XCTAssertEqual(Set(group.errors.compactMap { ($0 as? TestError)?.code }), [1, 3])
         guard case .failed(BatonError.childrenFailed(_, let errors))? = group.outcome else {
             return XCTFail("got \(String(describing: group.outcome))")
@@ -55,7 +57,7 @@ final class GroupOperationTests: BatonTestCase {
         let done = Gate()
         group.whenFinished { done.open() }
         OperationQueue().addOperation(group)
-        children.forEach { $0.started.wait() }
+        for child in children { child.started.wait() }
         group.cancel()
         done.wait()
         XCTAssertTrue(group.outcome?.isCancelled == true)
@@ -147,7 +149,8 @@ final class GroupOperationTests: BatonTestCase {
     }
 
     func testATypedGroupWithAFailureFails() {
-        let group = finished(ResultGroupOperation(operations: [JitterOperation(1), ImmediateOperation(.failure(TestError(code: 2)))]))
+        let group = finished(
+            ResultGroupOperation(operations: [JitterOperation(1), ImmediateOperation(.failure(TestError(code: 2)))]))
         guard case .failed(BatonError.childrenFailed)? = group.outcome else {
             return XCTFail("got \(String(describing: group.outcome))")
         }

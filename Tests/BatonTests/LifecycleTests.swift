@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import XCTest
+
 @testable import Baton
 
 /// One test per row of the state table in Docs/Lifecycle.md that no other test pins: the phases an
@@ -83,7 +84,7 @@ final class LifecycleTests: BatonTestCase {
             }
             if wasInside { overlapping.increment() }
             let run = runs.increment()
-            operation.rerun()                      // requested while execute() runs
+            operation.rerun()   // requested while execute() runs
             inside.mutate { $0 = false }
             if run == 3 { operation.finish() }
         }
@@ -219,8 +220,10 @@ final class LifecycleTests: BatonTestCase {
 private final class ScriptedOperation: AsyncOperation, @unchecked Sendable {
     private let onExecute: @Sendable (ScriptedOperation) -> Void
     private let onCancel: @Sendable (ScriptedOperation) -> Void
-    init(_ onExecute: @escaping @Sendable (ScriptedOperation) -> Void,
-         onCancel: @escaping @Sendable (ScriptedOperation) -> Void) {
+    init(
+        _ onExecute: @escaping @Sendable (ScriptedOperation) -> Void,
+        onCancel: @escaping @Sendable (ScriptedOperation) -> Void
+    ) {
         self.onExecute = onExecute
         self.onCancel = onCancel
     }

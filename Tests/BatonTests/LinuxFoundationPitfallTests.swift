@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import XCTest
+
 @testable import Baton
 
 /// One test (or a pointer to one) for each Linux Foundation fact in `shared/DESIGN.md`, showing that
@@ -24,7 +25,9 @@ final class LinuxFoundationPitfallTests: BatonTestCase {
         let finished = Gate()
         let freed = Gate()
         try inScope {
-            let handle = try queue.addChain([ResultBlockOperation<Int> { $0.finish(with: 1) }, TrackedOperation(freed: freed), BlockOperation {}])
+            let handle = try queue.addChain([
+                ResultBlockOperation<Int> { $0.finish(with: 1) }, TrackedOperation(freed: freed), BlockOperation {},
+            ])
             handle.onFinish { _ in finished.open() }
         }
         queue.isSuspended = false

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import Baton
 
 /// Composites and chains let go of what they have handed on while they still run, and keep it only
@@ -60,8 +61,9 @@ final class MemoryReleaseTests: BatonTestCase {
 
     func testAResultGroupThatKeepsFinishedChildrenKeepsThem() {
         let freed = Locked(0)
-        let group = finished(ResultGroupOperation<[UInt8]>(
-            operations: (1...3).map { Payload(bytes: $0, freed: freed) }, keepsFinishedChildren: true))
+        let group = finished(
+            ResultGroupOperation<[UInt8]>(
+                operations: (1...3).map { Payload(bytes: $0, freed: freed) }, keepsFinishedChildren: true))
         XCTAssertEqual(group.children.compactMap { $0.output?.count }, [1, 2, 3])
         XCTAssertEqual(freed.value, 0)
     }
@@ -87,8 +89,9 @@ final class MemoryReleaseTests: BatonTestCase {
 
     func testASequenceThatKeepsFinishedChildrenKeepsThemAndTheirOutcomes() {
         let freed = Locked(0)
-        let sequence = finished(SequenceOperation<[UInt8]>(
-            operations: (1...3).map { Payload(bytes: $0, freed: freed) }, keepsFinishedChildren: true))
+        let sequence = finished(
+            SequenceOperation<[UInt8]>(
+                operations: (1...3).map { Payload(bytes: $0, freed: freed) }, keepsFinishedChildren: true))
         XCTAssertEqual(sequence.children.count, 3)
         XCTAssertEqual(sequence.childOutcomes.compactMap { ($0.output as? [UInt8])?.count }, [1, 2, 3])
         XCTAssertEqual(freed.value, 0)
@@ -121,9 +124,14 @@ final class MemoryReleaseTests: BatonTestCase {
         let blocked = Payload(bytes: 1, freed: freed, blocked: true)
         let pending = Locked<Payload?>(blocked)
         let root = TreeNode<Int, Int>("root") { _ in ResultBlockOperation { $0.finish(with: 0) } }
-        root.addChild(TreeNode<Int, [UInt8]>("leaf", items: { _ in Array(0..<8) }) { item in
-            item == 0 ? pending.mutate { payload in defer { payload = nil }; return payload! } : Payload(bytes: 100, freed: freed)
-        })
+        root.addChild(
+            TreeNode<Int, [UInt8]>("leaf", items: { _ in Array(0..<8) }) { item in
+                guard item == 0 else { return Payload(bytes: 100, freed: freed) }
+                return pending.mutate { payload in
+                    defer { payload = nil }
+                    return payload!
+                }
+            })
         let tree = TreeOperation(root: root, input: 0)
         OperationQueue().addOperation(tree)
         blocked.started.wait()
@@ -182,7 +190,8 @@ final class MemoryReleaseTests: BatonTestCase {
     func testAGeneratedChainEndsAtAFailureWithoutAskingForMore() throws {
         let asked = Locked(0)
         let handle = try OperationQueue().addChain(first: ImmediateOperation(.success(1))) { _ in
-            asked.increment() == 3 ? ImmediateOperation(.failure(TestError(code: 3)), name: "third") : ImmediateOperation(.success(1))
+            asked.increment() == 3
+                ? ImmediateOperation(.failure(TestError(code: 3)), name: "third") : ImmediateOperation(.success(1))
         }
         let outcome = try handle.waitToOutcome(timeout: testTimeout)
         XCTAssertEqual(outcome.error as? TestError, TestError(code: 3))
@@ -207,10 +216,12 @@ final class MemoryReleaseTests: BatonTestCase {
         let box = Locked<ChainHandle<any Sendable>?>(nil)
         let gate = Gate()
         let made = ImmediateOperation(.success(2), name: "made")
-        let handle = try OperationQueue().addChain(first: ResultBlockOperation<Int> { operation in
-            gate.wait()
-            operation.finish(with: 1)
-        }) { _ in
+        let handle = try OperationQueue().addChain(
+            first: ResultBlockOperation<Int> { operation in
+                gate.wait()
+                operation.finish(with: 1)
+            }
+        ) { _ in
             box.value?.cancel()
             return made
         }
@@ -241,7 +252,11 @@ final class MemoryReleaseTests: BatonTestCase {
         for trial in 0..<200 {
             let remaining = Locked(50)
             let handle = try queue.addChain(first: JitterOperation(trial)) { _ in
-                remaining.mutate { $0 -= 1; return $0 } > 0 ? JitterOperation(trial) : nil
+                let left = remaining.mutate {
+                    $0 -= 1
+                    return $0
+                }
+                return left > 0 ? JitterOperation(trial) : nil
             }
             if trial % 2 == 0 { DispatchQueue.global().async { handle.cancel() } } else { handle.cancel() }
             let outcome = try handle.waitToOutcome(timeout: testTimeout)

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import XCTest
+
 @testable import Baton
 
 /// The misuse catalogue: each mistake and what Baton does about it (Docs/Performance.md lists them).
@@ -61,7 +62,9 @@ final class MisuseTests: BatonTestCase {
         let second = ManualOperation(name: "second")
         first.addDependency(second)
         XCTAssertThrowsError(try OperationQueue().addChain([first, second])) { error in
-            guard case BatonError.dependencyCycle(["first", "second", "first"]) = error else { return XCTFail("unexpected \(error)") }
+            guard case BatonError.dependencyCycle(["first", "second", "first"]) = error else {
+                return XCTFail("unexpected \(error)")
+            }
         }
     }
 }

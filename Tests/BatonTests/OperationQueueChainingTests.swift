@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import XCTest
+
 @testable import Baton
 
 /// Adds one to its input.
@@ -50,10 +51,11 @@ final class OperationQueueChainingTests: BatonTestCase {
 
     func testTypedBuilderThreadsOutputsAndMaps() throws {
         let queue = OperationQueue()
-        let handle = try queue.addChain(Chain(ResultBlockOperation<Int> { $0.finish(with: 1) })
-            .then(Increment())
-            .map { "value \($0)" }
-            .then(TransformBlockOperation<String, Int> { $0.finish(with: $0.input!.count) }))
+        let handle = try queue.addChain(
+            Chain(ResultBlockOperation<Int> { $0.finish(with: 1) })
+                .then(Increment())
+                .map { "value \($0)" }
+                .then(TransformBlockOperation<String, Int> { $0.finish(with: $0.input!.count) }))
         let outcome: Outcome<Int> = try handle.waitToOutcome(timeout: testTimeout)
         XCTAssertEqual(outcome.output, "value 2".count)
     }
@@ -70,9 +72,10 @@ final class OperationQueueChainingTests: BatonTestCase {
     func testAMapThatThrowsFailsTheChain() throws {
         let queue = OperationQueue()
         let last = Increment()
-        let handle = try queue.addChain(Chain(ResultBlockOperation<Int> { $0.finish(with: 1) })
-            .map { _ -> Int in throw TestError(code: 9) }
-            .then(last))
+        let handle = try queue.addChain(
+            Chain(ResultBlockOperation<Int> { $0.finish(with: 1) })
+                .map { _ -> Int in throw TestError(code: 9) }
+                .then(last))
         let outcome = try handle.waitToOutcome(timeout: testTimeout)
         XCTAssertEqual(outcome.error as? TestError, TestError(code: 9))
         XCTAssertEqual(last.executions.value, 0)
@@ -187,7 +190,8 @@ final class OperationQueueChainingTests: BatonTestCase {
         let queue = OperationQueue()
         let adapter = ChainAdapter.custom { upstream, downstream in
             guard let count = (upstream as? ResultOperation<Int>)?.output,
-                  let next = downstream as? TransformOperation<String, String> else { return }
+                let next = downstream as? TransformOperation<String, String>
+            else { return }
             next.input = String(repeating: "*", count: count)
         }
         let show = TransformBlockOperation<String, String> { $0.finish(with: "[\($0.input!)]") }
@@ -225,7 +229,8 @@ final class OperationQueueChainingTests: BatonTestCase {
             return XCTFail("expected inputTypeMismatch, got \(outcome)")
         }
         XCTAssertEqual([operation.name, expected, actual], ["Text", "String", "Int"])
-        XCTAssertTrue("\(BatonError.inputTypeMismatch(operation: operation, expected: expected, actual: actual))".contains("String"))
+        XCTAssertTrue(
+            "\(BatonError.inputTypeMismatch(operation: operation, expected: expected, actual: actual))".contains("String"))
     }
 
     // MARK: - Foundation operations
@@ -234,8 +239,14 @@ final class OperationQueueChainingTests: BatonTestCase {
         let queue = OperationQueue()
         let order = Locked<[String]>([])
         let block = BlockOperation { order.append("block") }
-        let first = ResultBlockOperation<Int> { order.append("first"); $0.finish(with: 1) }
-        let last = ResultBlockOperation<Int> { order.append("last"); $0.finish(with: 2) }
+        let first = ResultBlockOperation<Int> {
+            order.append("first")
+            $0.finish(with: 1)
+        }
+        let last = ResultBlockOperation<Int> {
+            order.append("last")
+            $0.finish(with: 2)
+        }
         let handle = try queue.addChain([first, block, last])
         XCTAssertEqual(try handle.waitToOutcome(timeout: testTimeout).output as? Int, 2)
         XCTAssertEqual(order.value, ["first", "block", "last"])
@@ -350,7 +361,11 @@ final class OperationQueueChainingTests: BatonTestCase {
         first.addDependency(outside)
         outside.addDependency(last)
         assertRejected([first, Increment(), last]) {
-            if case .dependencyCycle(let path) = $0 { return path.map(\.name) == ["first", "last", "first"] } else { return false }
+            if case .dependencyCycle(let path) = $0 {
+                return path.map(\.name) == ["first", "last", "first"]
+            } else {
+                return false
+            }
         }
     }
 
@@ -381,9 +396,10 @@ final class OperationQueueChainingTests: BatonTestCase {
         serial.maxConcurrentOperationCount = 1
         for queue in [OperationQueue(), serial] {
             let handles = try (0..<200).map { index in
-                try queue.addChain(Chain(ResultBlockOperation<Int> { $0.finish(with: index) })
-                    .then(Increment())
-                    .map { $0 * 2 })
+                try queue.addChain(
+                    Chain(ResultBlockOperation<Int> { $0.finish(with: index) })
+                        .then(Increment())
+                        .map { $0 * 2 })
             }
             for (index, handle) in handles.enumerated() {
                 XCTAssertEqual(try handle.waitToOutcome(timeout: testTimeout).output, (index + 1) * 2)
@@ -411,11 +427,12 @@ final class OperationQueueChainingTests: BatonTestCase {
         let largest = Locked(0)
         var operations: [Operation] = [ResultBlockOperation<Int> { $0.finish(with: 0) }]
         for _ in 0..<200 {
-            operations.append(TransformBlockOperation<Int, Int> { operation in
-                let count = queue.operationCount
-                largest.mutate { $0 = max($0, count) }
-                operation.finish(with: operation.input! + 1)
-            })
+            operations.append(
+                TransformBlockOperation<Int, Int> { operation in
+                    let count = queue.operationCount
+                    largest.mutate { $0 = max($0, count) }
+                    operation.finish(with: operation.input! + 1)
+                })
         }
         let outcome = try queue.addChain(operations).waitToOutcome(timeout: testTimeout)
         XCTAssertEqual(outcome.output as? Int, 200)

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import XCTest
+
 @testable import Baton
 
 /// One test (or more) per defect of the reliability review: each failed (crashed, hung or asserted)
@@ -80,7 +81,7 @@ final class ReliabilityTests: BatonTestCase {
     func testACancellationBetweenTheLaunchCheckAndTheAddNeverDeadlocksTheQueue() throws {
         let queue = OperationQueue()
         let first = ManualOperation()
-        let second = CancelledWhenChecked { }
+        let second = CancelledWhenChecked {}
         let handle = try queue.addChain([first, second])
         first.started.wait()
         let running = ManualOperation()
@@ -112,11 +113,19 @@ final class ReliabilityTests: BatonTestCase {
     /// Runs a nest, cancels another before it starts, and frees a third that never ran.
     private func runCancelAndFree<Nest: AsyncOperation>(_ makeNest: (Operation) -> Nest) {
         let ran = Locked(0)
-        let outer = makeNest(AsyncBlockOperation { ran.increment(); $0.finish() })
+        let outer = makeNest(
+            AsyncBlockOperation {
+                ran.increment()
+                $0.finish()
+            })
         XCTAssertEqual(describe(finished(outer).outcome), "succeeded(())")
         XCTAssertEqual(ran.value, 1)
 
-        let cancelled = makeNest(AsyncBlockOperation { ran.increment(); $0.finish() })
+        let cancelled = makeNest(
+            AsyncBlockOperation {
+                ran.increment()
+                $0.finish()
+            })
         cancelled.cancel()
         XCTAssertEqual(describe(finished(cancelled).outcome), "cancelled")
         XCTAssertEqual(ran.value, 1)
@@ -169,10 +178,12 @@ final class ReliabilityTests: BatonTestCase {
         XCTAssertEqual(operation.cancellations.value, 0, "didCancel() ran before execute()")
         XCTAssertEqual(describe(operation.outcome), "cancelled")
         XCTAssertEqual(events.value, ["start", "cancel"])
-        XCTAssertEqual(notifications.value, [
-            .willChange("isExecuting"), .didChange("isExecuting"),
-            .willChange("isExecuting"), .willChange("isFinished"), .didChange("isExecuting"), .didChange("isFinished"),
-        ])
+        XCTAssertEqual(
+            notifications.value,
+            [
+                .willChange("isExecuting"), .didChange("isExecuting"),
+                .willChange("isExecuting"), .willChange("isFinished"), .didChange("isExecuting"), .didChange("isFinished"),
+            ])
     }
 
     func testAFinishDuringTheStartAnnouncementFinishesWithoutExecuting() {
@@ -273,8 +284,9 @@ final class ReliabilityTests: BatonTestCase {
     func testARetryFactoryThatReturnsTheSameOperationTwiceFailsTheRetry() {
         let reused = ImmediateOperation(.failure(TestError(code: 1)), name: "reused")
         let retry = RetryOperation<Int>(maximumAttempts: 3) { _ in reused }
-        XCTAssertEqual(finished(retry).outcome?.error.flatMap { $0 as? BatonError }.map { "\($0)" },
-                       "\(BatonError.alreadyFinished(operation: OperationReference(reused)))")
+        XCTAssertEqual(
+            finished(retry).outcome?.error.flatMap { $0 as? BatonError }.map { "\($0)" },
+            "\(BatonError.alreadyFinished(operation: OperationReference(reused)))")
         XCTAssertEqual(reused.executions.value, 1)
     }
 
@@ -432,11 +444,14 @@ final class ReliabilityTests: BatonTestCase {
 
     func testCancellingATreeCancelsAnItemMappingThatIsRunning() {
         let mappingStarted = Gate()
-        let root = TreeNode<Int, Int>("root", asyncItems: { (_: Int) async throws -> [Int] in
-            mappingStarted.open()
-            try await waitForCancellation()
-            return [1]
-        }) { value in ResultBlockOperation<Int> { $0.finish(with: value) } }
+        let root = TreeNode<Int, Int>(
+            "root",
+            asyncItems: { (_: Int) async throws -> [Int] in
+                mappingStarted.open()
+                try await waitForCancellation()
+                return [1]
+            }
+        ) { value in ResultBlockOperation<Int> { $0.finish(with: value) } }
         let tree = TreeOperation(root: root, input: 0)
         OperationQueue().addOperation(tree)
         mappingStarted.wait()
@@ -483,8 +498,12 @@ final class ReliabilityTests: BatonTestCase {
         weak var weakA: TreeNode<Int, Int>?
         weak var weakB: TreeNode<Int, Int>?
         inScope {
-            let a = TreeNode<Int, Int>("a", items: { $0 > 0 ? [$0 - 1] : [] }) { value in ResultBlockOperation<Int> { $0.finish(with: value) } }
-            let b = TreeNode<Int, Int>("b", items: { $0 > 0 ? [$0 - 1] : [] }) { value in ResultBlockOperation<Int> { $0.finish(with: value) } }
+            let a = TreeNode<Int, Int>("a", items: { $0 > 0 ? [$0 - 1] : [] }) { value in
+                ResultBlockOperation<Int> { $0.finish(with: value) }
+            }
+            let b = TreeNode<Int, Int>("b", items: { $0 > 0 ? [$0 - 1] : [] }) { value in
+                ResultBlockOperation<Int> { $0.finish(with: value) }
+            }
             a.addChild(b)
             b.addChild(a)
             weakA = a
@@ -594,11 +613,14 @@ final class ReliabilityTests: BatonTestCase {
     func testCancellingARetryWhileShouldRetryRunsEndsItWithoutServingTheDelay() {
         let inShouldRetry = Gate()
         let release = Gate()
-        let retry = RetryOperation<Int>(maximumAttempts: 3, delay: .fixed(.seconds(3_600)), shouldRetry: { _, _ in
-            inShouldRetry.open()
-            release.wait()
-            return true
-        }) { _ in ImmediateOperation(.failure(TestError(code: 1))) }
+        let retry = RetryOperation<Int>(
+            maximumAttempts: 3, delay: .fixed(.seconds(3_600)),
+            shouldRetry: { _, _ in
+                inShouldRetry.open()
+                release.wait()
+                return true
+            }
+        ) { _ in ImmediateOperation(.failure(TestError(code: 1))) }
         OperationQueue().addOperation(retry)
         inShouldRetry.wait()
         retry.cancel()

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import XCTest
+
 @testable import Baton
 
 final class RetryOperationTests: BatonTestCase {
@@ -9,7 +10,11 @@ final class RetryOperationTests: BatonTestCase {
         { attempt in
             made.increment()
             return ResultBlockOperation<Int> { operation in
-                if attempt <= failures { operation.finish(throwing: TestError(code: attempt)) } else { operation.finish(with: attempt) }
+                if attempt <= failures {
+                    operation.finish(throwing: TestError(code: attempt))
+                } else {
+                    operation.finish(with: attempt)
+                }
             }
         }
     }
@@ -24,7 +29,8 @@ final class RetryOperationTests: BatonTestCase {
 
     func testItStopsAtTheFirstSuccess() {
         let made = Locked(0)
-        let retry = finished(RetryOperation(maximumAttempts: 5, keepsFinishedChildren: true, makeAttempt: flaky(failures: 2, made: made)))
+        let retry = finished(
+            RetryOperation(maximumAttempts: 5, keepsFinishedChildren: true, makeAttempt: flaky(failures: 2, made: made)))
         XCTAssertEqual(retry.output, 3)
         XCTAssertEqual(made.value, 3)
         XCTAssertEqual(Set(retry.attemptsMade.map(ObjectIdentifier.init)).count, 3, "each attempt is a fresh operation")
@@ -40,10 +46,13 @@ final class RetryOperationTests: BatonTestCase {
     func testThePredicateCanStopEarly() {
         let made = Locked(0)
         let asked = Locked<[Int]>([])
-        let retry = finished(RetryOperation(maximumAttempts: 10, shouldRetry: { error, attempt in
-            asked.mutate { $0.append(attempt) }
-            return (error as? TestError)?.code != 2
-        }, makeAttempt: flaky(failures: 10, made: made)))
+        let retry = finished(
+            RetryOperation(
+                maximumAttempts: 10,
+                shouldRetry: { error, attempt in
+                    asked.mutate { $0.append(attempt) }
+                    return (error as? TestError)?.code != 2
+                }, makeAttempt: flaky(failures: 10, made: made)))
         XCTAssertEqual(made.value, 2)
         XCTAssertEqual(asked.value, [1, 2])
         XCTAssertEqual(retry.outcome?.error as? TestError, TestError(code: 2))
@@ -64,7 +73,9 @@ final class RetryOperationTests: BatonTestCase {
         XCTAssertEqual(RetryDelay.fixed(.seconds(1.5)).delay(beforeAttempt: 4), .seconds(1.5))
         XCTAssertEqual(RetryDelay.fixed(.seconds(-1)).delay(beforeAttempt: 2), .zero)
         let exponential = RetryDelay.exponential(initial: .milliseconds(500), multiplier: 2, maximum: .seconds(3))
-        XCTAssertEqual((2...6).map { exponential.delay(beforeAttempt: $0) }, [.milliseconds(500), .seconds(1), .seconds(2), .seconds(3), .seconds(3)])
+        XCTAssertEqual(
+            (2...6).map { exponential.delay(beforeAttempt: $0) },
+            [.milliseconds(500), .seconds(1), .seconds(2), .seconds(3), .seconds(3)])
         let huge = RetryDelay.exponential(initial: .seconds(1), multiplier: 1e300, maximum: .seconds(Int64.max))
         XCTAssertEqual(huge.delay(beforeAttempt: 10), .seconds(Int64.max), "no overflow: capped at the maximum")
         let nan = RetryDelay.exponential(initial: .zero, multiplier: .infinity, maximum: .seconds(2))
@@ -74,7 +85,8 @@ final class RetryOperationTests: BatonTestCase {
 
     func testAWaitBetweenAttemptsIsUsed() {
         let made = Locked(0)
-        let retry = finished(RetryOperation(maximumAttempts: 3, delay: .fixed(.seconds(0.01)), makeAttempt: flaky(failures: 2, made: made)))
+        let retry = finished(
+            RetryOperation(maximumAttempts: 3, delay: .fixed(.seconds(0.01)), makeAttempt: flaky(failures: 2, made: made)))
         XCTAssertEqual(retry.output, 3)
     }
 

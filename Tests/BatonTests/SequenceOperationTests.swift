@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import XCTest
+
 @testable import Baton
 
 private final class AddOne: TransformOperation<Int, Int>, @unchecked Sendable {
@@ -15,15 +16,17 @@ final class SequenceOperationTests: BatonTestCase {
     func testChildrenRunOneAfterAnotherAndOutputsFlow() {
         let running = Locked(0)
         let overlap = Locked(false)
-        let steps: [Operation] = [ResultBlockOperation<Int> { $0.finish(with: 0) }] + (0..<20).map { _ in
-            TransformBlockOperation<Int, Int> { operation in
-                if running.increment() > 1 { overlap.mutate { $0 = true } }
-                DispatchQueue.global().async {
-                    running.mutate { $0 -= 1 }
-                    operation.finish(with: operation.input! + 1)
+        let steps: [Operation] =
+            [ResultBlockOperation<Int> { $0.finish(with: 0) }]
+            + (0..<20).map { _ in
+                TransformBlockOperation<Int, Int> { operation in
+                    if running.increment() > 1 { overlap.mutate { $0 = true } }
+                    DispatchQueue.global().async {
+                        running.mutate { $0 -= 1 }
+                        operation.finish(with: operation.input! + 1)
+                    }
                 }
             }
-        }
         let sequence = finished(SequenceOperation<Int>(operations: steps, keepsFinishedChildren: true))
         XCTAssertEqual(sequence.output, 20)
         XCTAssertFalse(overlap.value, "two children ran at once")
@@ -34,9 +37,10 @@ final class SequenceOperationTests: BatonTestCase {
 
     func testItStopsAtTheFirstFailureAndFinishesTheRest() {
         let later = AddOne()
-        let sequence = finished(SequenceOperation<Int>(operations: [
-            ResultBlockOperation<Int> { $0.finish(with: 0) }, AddOne(), Explosive(code: 6), later,
-        ]))
+        let sequence = finished(
+            SequenceOperation<Int>(operations: [
+                ResultBlockOperation<Int> { $0.finish(with: 0) }, AddOne(), Explosive(code: 6), later,
+            ]))
         XCTAssertEqual(sequence.outcome?.error as? TestError, TestError(code: 6))
         XCTAssertEqual(later.executions.value, 0)
         XCTAssertTrue(later.isFinished, "an unrun child is finished (cancelled), never left pending")
@@ -76,18 +80,22 @@ final class SequenceOperationTests: BatonTestCase {
     }
 
     func testTheGeneratorMakesEachStepFromThePreviousOne() {
-        let sequence = finished(SequenceOperation<Int>(first: ResultBlockOperation<Int> { $0.finish(with: 1) }, keepsFinishedChildren: true) { previous in
-            guard let value = (previous as? ResultOperation<Int>)?.output, value < 64 else { return nil }
-            return ResultBlockOperation<Int> { $0.finish(with: value * 2) }
-        })
+        let sequence = finished(
+            SequenceOperation<Int>(
+                first: ResultBlockOperation<Int> { $0.finish(with: 1) }, keepsFinishedChildren: true
+            ) { previous in
+                guard let value = (previous as? ResultOperation<Int>)?.output, value < 64 else { return nil }
+                return ResultBlockOperation<Int> { $0.finish(with: value * 2) }
+            })
         XCTAssertEqual(sequence.output, 64)
         XCTAssertEqual(sequence.children.count, 7)
     }
 
     func testTheGeneratorPassesOutputsIntoInputs() {
-        let sequence = finished(SequenceOperation<Int>(first: ResultBlockOperation<Int> { $0.finish(with: 0) }) { previous in
-            (previous as? ResultOperation<Int>)?.output ?? 0 < 5 ? AddOne() : nil
-        })
+        let sequence = finished(
+            SequenceOperation<Int>(first: ResultBlockOperation<Int> { $0.finish(with: 0) }) { previous in
+                (previous as? ResultOperation<Int>)?.output ?? 0 < 5 ? AddOne() : nil
+            })
         XCTAssertEqual(sequence.output, 5)
     }
 
@@ -149,7 +157,8 @@ final class SequenceOperationTests: BatonTestCase {
     }
 
     func testAThousandSteps() {
-        let steps: [Operation] = [ResultBlockOperation<Int> { $0.finish(with: 0) }]
+        let steps: [Operation] =
+            [ResultBlockOperation<Int> { $0.finish(with: 0) }]
             + (0..<1_000).map { _ in TransformBlockOperation<Int, Int> { $0.finish(with: $0.input! + 1) } }
         XCTAssertEqual(finished(SequenceOperation<Int>(operations: steps)).output, 1_000)
     }

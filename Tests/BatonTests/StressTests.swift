@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import XCTest
+
 @testable import Baton
 
 /// Counts live stress operations: every one enters in `init` and leaves in `deinit`, so a bounded
@@ -92,7 +93,8 @@ final class StressTests: BatonTestCase {
                 let composite: AsyncOperation
                 if index.isMultiple(of: 2) {
                     let sequences = (0..<3).map { _ in SequenceOperation<Int>(operations: (0..<3).map { _ in make() }) }
-                    composite = GroupOperation(operations: sequences, failurePolicy: index % 4 == 0 ? .cancelSiblingsOnFailure : .continueOnFailure)
+                    composite = GroupOperation(
+                        operations: sequences, failurePolicy: index % 4 == 0 ? .cancelSiblingsOnFailure : .continueOnFailure)
                 } else {
                     let groups = (0..<2).map { _ in GroupOperation(operations: (0..<3).map { _ in make() }) }
                     composite = SequenceOperation<Void>(operations: groups)
@@ -119,7 +121,8 @@ final class StressTests: BatonTestCase {
         let counts = operations.map { $0.outcomes.value }
         XCTAssertEqual(counts.filter { $0 != 1 }.count, 0, "\(context): outcomes delivered other than once")
         for operation in operations where operation.isCancelled {
-            XCTAssertTrue(operation.outcome?.isCancelled == true, "\(context): cancelled but \(String(describing: operation.outcome))")
+            XCTAssertTrue(
+                operation.outcome?.isCancelled == true, "\(context): cancelled but \(String(describing: operation.outcome))")
         }
 
         let outcomes = operations.compactMap(\.outcome)
@@ -131,6 +134,7 @@ final class StressTests: BatonTestCase {
         operations = []
         everything = []
         handles = []
-        XCTAssertEqual(liveOperations.wait(timeout: .now() + 30), .success, "\(context): operations still alive after the queue drained")
+        XCTAssertEqual(
+            liveOperations.wait(timeout: .now() + 30), .success, "\(context): operations still alive after the queue drained")
     }
 }

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import XCTest
+
 @testable import Baton
 
 final class TreeOperationTests: BatonTestCase {
@@ -15,10 +16,13 @@ final class TreeOperationTests: BatonTestCase {
         let recipe = TreeNode<[String], String>("recipe", items: { $0 }) { id in
             JitteredValue(id)
         }
-        let ingredient = TreeNode<String, String>("ingredient", asyncItems: { recipe in
-            await Task.yield()
-            return ["\(recipe)/salt", "\(recipe)/pepper"]
-        }) { id in
+        let ingredient = TreeNode<String, String>(
+            "ingredient",
+            asyncItems: { recipe in
+                await Task.yield()
+                return ["\(recipe)/salt", "\(recipe)/pepper"]
+            }
+        ) { id in
             ResultBlockOperation { operation in
                 if id == ingredient { operation.finish(throwing: TestError(code: 1)) } else { operation.finish(with: id) }
             }
@@ -105,7 +109,7 @@ final class TreeOperationTests: BatonTestCase {
         }
         let tree = TreeOperation(root: root, input: 0)
         OperationQueue().addOperation(tree)
-        operations.forEach { $0.started.wait() }
+        for operation in operations { operation.started.wait() }
 
         DispatchQueue.global().async { operations[0].finish(with: 0) }
         inFirstCallback.wait()
@@ -157,7 +161,9 @@ final class TreeOperationTests: BatonTestCase {
 
     func testAWideTree() {
         let count = Locked(0)
-        let root = TreeNode<Int, Int>("root", items: { _ in Array(0..<10) }) { value in ResultBlockOperation { $0.finish(with: value) } }
+        let root = TreeNode<Int, Int>("root", items: { _ in Array(0..<10) }) { value in
+            ResultBlockOperation { $0.finish(with: value) }
+        }
         var level = root
         for depth in 1..<4 {
             let next = TreeNode<Int, Int>("level\(depth)", items: { value in Array(0..<10).map { value * 10 + $0 } }) { value in

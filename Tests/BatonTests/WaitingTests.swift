@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import XCTest
+
 @testable import Baton
 
 /// The wait family: `run(on:timeout:)` and `wait(timeout:)` block with a deadline; `run(on:)` and
@@ -23,7 +24,9 @@ final class WaitingTests: BatonTestCase {
     func testRunOfACancelledOperationThrowsCancellationError() {
         let operation = ImmediateOperation(.success(1))
         operation.cancel()
-        XCTAssertThrowsError(try operation.run(timeout: .seconds(testTimeout))) { XCTAssertTrue($0 is CancellationError, "\($0)") }
+        XCTAssertThrowsError(try operation.run(timeout: .seconds(testTimeout))) {
+            XCTAssertTrue($0 is CancellationError, "\($0)")
+        }
         XCTAssertEqual(operation.executions.value, 0)
         XCTAssertTrue(operation.outcome?.isCancelled == true)
     }
@@ -70,8 +73,9 @@ final class WaitingTests: BatonTestCase {
     }
 
     func testRunningOnTheSerialQueueThatMustRunItIsRefused() {
-        XCTAssertEqual(verdictOnASerialQueue { serial in try JitterOperation(1).run(on: serial, timeout: .seconds(5)) },
-                       "called from the serial queue that must run it")
+        XCTAssertEqual(
+            verdictOnASerialQueue { serial in try JitterOperation(1).run(on: serial, timeout: .seconds(5)) },
+            "called from the serial queue that must run it")
     }
 
     // MARK: - Blocking wait for someone else's run
@@ -139,7 +143,9 @@ final class WaitingTests: BatonTestCase {
     }
 
     func testANegativeWaitTimeoutIsRefused() {
-        for wait in [{ try JitterOperation(1).run(timeout: .seconds(-1)) }, { try JitterOperation(1).wait(timeout: .milliseconds(-5)) }] {
+        for wait in [
+            { try JitterOperation(1).run(timeout: .seconds(-1)) }, { try JitterOperation(1).wait(timeout: .milliseconds(-5)) },
+        ] {
             XCTAssertThrowsError(try wait()) { error in
                 guard case BatonError.invalidArgument(_, let reason)? = error as? BatonError else { return XCTFail("\(error)") }
                 XCTAssertTrue(reason.contains("negative"), reason)
@@ -159,7 +165,8 @@ final class WaitingTests: BatonTestCase {
     func testAChainRunsAndWaitsWithTheSameNames() async throws {
         let two = try await Chain(JitterOperation(1)).map { $0 + 1 }.run()
         XCTAssertEqual(two, 2)
-        let handle = try OperationQueue().addChain(Chain(JitterOperation(5)).then(TransformBlockOperation<Int, Int> { $0.finish(with: $0.input! + 1) }))
+        let handle = try OperationQueue().addChain(
+            Chain(JitterOperation(5)).then(TransformBlockOperation<Int, Int> { $0.finish(with: $0.input! + 1) }))
         let output: Int = try await handle.value
         XCTAssertEqual(output, 6)
     }
@@ -210,8 +217,9 @@ final class WaitingTests: BatonTestCase {
     }
 
     func testABlockingChainRunOnItsOwnSerialQueueIsRefused() {
-        XCTAssertEqual(verdictOnASerialQueue { serial in try Chain(JitterOperation(1)).run(on: serial, timeout: .seconds(5)) },
-                       "called from the serial queue that must run it")
+        XCTAssertEqual(
+            verdictOnASerialQueue { serial in try Chain(JitterOperation(1)).run(on: serial, timeout: .seconds(5)) },
+            "called from the serial queue that must run it")
     }
 
     func testATypedChainHandleNeedsNoCast() throws {

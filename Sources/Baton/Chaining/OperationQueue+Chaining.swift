@@ -33,7 +33,9 @@ extension OperationQueue {
     /// - Throws: ``BatonError`` and enqueues nothing when an operation appears twice, already belongs
     ///   to a chain, is executing or finished, or when its existing dependencies would close a cycle.
     @discardableResult
-    public func addChain(_ operations: [Operation], adapter: ChainAdapter = .default) throws(BatonError) -> ChainHandle<any Sendable> {
+    public func addChain(
+        _ operations: [Operation], adapter: ChainAdapter = .default
+    ) throws(BatonError) -> ChainHandle<any Sendable> {
         try enqueueChain(operations, adapter: adapter) { last in
             (last?.observedOutcome ?? .succeeded(nil)).map { $0 ?? () }
         }
@@ -53,7 +55,9 @@ extension OperationQueue {
     /// - Returns: The running chain, typed by its last operation's output.
     /// - Throws: ``BatonError`` and enqueues nothing, as the array form.
     @discardableResult
-    public func addChain<Output>(_ chain: Chain<Output>, adapter: ChainAdapter = .default) throws(BatonError) -> ChainHandle<Output> {
+    public func addChain<Output>(
+        _ chain: Chain<Output>, adapter: ChainAdapter = .default
+    ) throws(BatonError) -> ChainHandle<Output> {
         try enqueueChain(chain.operations, adapter: adapter) { last in
             (last as? ResultOperation<Output>)?.outcome ?? .cancelled
         }

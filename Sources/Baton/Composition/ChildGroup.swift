@@ -57,8 +57,10 @@ final class ChildGroup: @unchecked Sendable {
     private let concurrencyProblem: String?
     private var childProblem: BatonError?
 
-    init(name: String, children: [Operation], failurePolicy: GroupFailurePolicy, maxConcurrentOperationCount: Int,
-         keepsFinishedChildren: Bool) {
+    init(
+        name: String, children: [Operation], failurePolicy: GroupFailurePolicy, maxConcurrentOperationCount: Int,
+        keepsFinishedChildren: Bool
+    ) {
         queue = OperationQueue()
         queue.name = "Baton group \(name)"
         self.failurePolicy = failurePolicy
@@ -83,17 +85,19 @@ final class ChildGroup: @unchecked Sendable {
         }
         // A child may itself be a composite holding its own children: release them in a loop, not by
         // recursion through every level's `deinit`. The state is handed over as the only reference.
-        Trampoline.dispose(state.withLock { state in
-            defer { state = State() }
-            return state
-        })
+        Trampoline.dispose(
+            state.withLock { state in
+                defer { state = State() }
+                return state
+            })
     }
 
     /// `nil` when `count` is a concurrency an `OperationQueue` accepts and can make progress with;
     /// otherwise why not.
     static func problem(maxConcurrentOperationCount count: Int) -> String? {
         guard count < 1 && count != OperationQueue.defaultMaxConcurrentOperationCount else { return nil }
-        return "maxConcurrentOperationCount must be at least 1, or OperationQueue.defaultMaxConcurrentOperationCount; got \(count)"
+        return
+            "maxConcurrentOperationCount must be at least 1, or OperationQueue.defaultMaxConcurrentOperationCount; got \(count)"
     }
 
     /// The children the group holds, in the order they were added: those not finished, or every one
@@ -110,7 +114,11 @@ final class ChildGroup: @unchecked Sendable {
     /// first when the group was cancelled).
     func add(_ child: Operation, owner adder: Operation?) throws(BatonError) {
         let ownerCancelled = owner?.isCancelled ?? false
-        enum Verdict { case keep, launch(index: Int, cancelled: Bool), closed, duplicate }
+        enum Verdict {
+            case keep
+            case launch(index: Int, cancelled: Bool)
+            case closed, duplicate
+        }
         let verdict: Verdict = state.withLock { state in
             if state.isClosed { return .closed }
             if state.live[ObjectIdentifier(child)] != nil { return .duplicate }

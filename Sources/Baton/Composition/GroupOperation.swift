@@ -47,9 +47,10 @@ open class GroupOperation: AsyncOperation, ProgressReporting, @unchecked Sendabl
         maxConcurrentOperationCount: Int = OperationQueue.defaultMaxConcurrentOperationCount,
         keepsFinishedChildren: Bool = false
     ) {
-        group = ChildGroup(name: "GroupOperation", children: operations, failurePolicy: failurePolicy,
-                           maxConcurrentOperationCount: maxConcurrentOperationCount,
-                           keepsFinishedChildren: keepsFinishedChildren)
+        group = ChildGroup(
+            name: "GroupOperation", children: operations, failurePolicy: failurePolicy,
+            maxConcurrentOperationCount: maxConcurrentOperationCount,
+            keepsFinishedChildren: keepsFinishedChildren)
         super.init()
         group.owner = self
     }

@@ -43,9 +43,10 @@ public final class ResultGroupOperation<Element: Sendable>: ResultOperation<[Ele
         maxConcurrentOperationCount: Int = OperationQueue.defaultMaxConcurrentOperationCount,
         keepsFinishedChildren: Bool = false
     ) {
-        group = ChildGroup(name: "ResultGroupOperation", children: operations, failurePolicy: failurePolicy,
-                           maxConcurrentOperationCount: maxConcurrentOperationCount,
-                           keepsFinishedChildren: keepsFinishedChildren)
+        group = ChildGroup(
+            name: "ResultGroupOperation", children: operations, failurePolicy: failurePolicy,
+            maxConcurrentOperationCount: maxConcurrentOperationCount,
+            keepsFinishedChildren: keepsFinishedChildren)
         super.init()
         group.owner = self
     }
@@ -109,7 +110,10 @@ extension ResultGroupOperation: ChildGroupOwner {
     func childFinished(_ child: Operation, index: Int) {
         let output = (child as? ResultOperation<Element>)?.output
         collected.withLock { collected in
-            guard let output else { return collected.missingOutput = true }
+            guard let output else {
+                collected.missingOutput = true
+                return
+            }
             if index >= collected.outputs.count {
                 collected.outputs.append(contentsOf: repeatElement(nil, count: index + 1 - collected.outputs.count))
             }

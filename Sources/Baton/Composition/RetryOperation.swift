@@ -81,10 +81,11 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
     }
 
     deinit {
-        Trampoline.dispose(attempts.withLock { attempts in
-            defer { attempts = Attempts() }
-            return attempts
-        })
+        Trampoline.dispose(
+            attempts.withLock { attempts in
+                defer { attempts = Attempts() }
+                return attempts
+            })
     }
 
     /// The number of attempts made so far: the number of the attempt running or last run.
@@ -122,8 +123,10 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
 
     override func preflightFailure(_ state: State) -> (any Error)? {
         if let failure = super.preflightFailure(state) { return failure }
-        return maximumAttempts >= 1 ? nil : BatonError.invalidArgument(
-            operation: reference, reason: "maximumAttempts must be at least 1, got \(maximumAttempts)")
+        return maximumAttempts >= 1
+            ? nil
+            : BatonError.invalidArgument(
+                operation: reference, reason: "maximumAttempts must be at least 1, got \(maximumAttempts)")
     }
 
     private func launch(attempt number: Int) {

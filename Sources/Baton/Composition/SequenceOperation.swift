@@ -161,10 +161,11 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
         }
         // Steps may be composites holding their own children: release them in a loop. The steps are
         // handed over as the only reference.
-        Trampoline.dispose(steps.withLock { steps in
-            defer { steps = Steps() }
-            return steps
-        })
+        Trampoline.dispose(
+            steps.withLock { steps in
+                defer { steps = Steps() }
+                return steps
+            })
     }
 
     /// The children's progress: one unit per child (for a generator, per child made so far), done
@@ -359,14 +360,20 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
             if Output.self == Void.self { return finish() }
             guard let last else { return conclude(.failed(BatonError.emptySequence(operation: reference))) }
             guard let value = last.observedOutcome.output ?? nil else {
-                return conclude(.failed(BatonError.outputTypeMismatch(
-                    operation: reference, expected: String(describing: Output.self), actual: "no output (from \(last.batonName))")))
+                return conclude(
+                    .failed(
+                        BatonError.outputTypeMismatch(
+                            operation: reference, expected: String(describing: Output.self),
+                            actual: "no output (from \(last.batonName))")))
             }
             if let output = value as? Output {
                 conclude(.succeeded(output))
             } else {
-                conclude(.failed(BatonError.outputTypeMismatch(
-                    operation: reference, expected: String(describing: Output.self), actual: String(describing: type(of: value)))))
+                conclude(
+                    .failed(
+                        BatonError.outputTypeMismatch(
+                            operation: reference, expected: String(describing: Output.self),
+                            actual: String(describing: type(of: value)))))
             }
         }
     }

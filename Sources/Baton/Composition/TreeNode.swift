@@ -135,15 +135,18 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: TreeNodeGraph, @
             }
             for (index, make) in makers.enumerated() {
                 let itemPath = path + ["\(name)[\(index)]"]
-                let operation: ResultOperation<Output> = configuration.maximumAttempts == 1
+                let operation: ResultOperation<Output> =
+                    configuration.maximumAttempts == 1
                     ? make()
                     : RetryOperation(maximumAttempts: configuration.maximumAttempts, delay: configuration.delay) { _ in make() }
                 let subtreeObservers = configuration.subtreeObservers
-                run.launch(operation, path: itemPath, parent: scope, finished: { outcome, operationScope in
-                    for observer in configuration.finishObservers { observer(outcome) }
-                    guard case .succeeded(let output) = outcome else { return }
-                    for child in configuration.children { child.run(output, itemPath, operationScope, run) }
-                }, subtreeFinished: subtreeObservers.isEmpty ? nil : Self.notifying(subtreeObservers))
+                run.launch(
+                    operation, path: itemPath, parent: scope,
+                    finished: { outcome, operationScope in
+                        for observer in configuration.finishObservers { observer(outcome) }
+                        guard case .succeeded(let output) = outcome else { return }
+                        for child in configuration.children { child.run(output, itemPath, operationScope, run) }
+                    }, subtreeFinished: subtreeObservers.isEmpty ? nil : Self.notifying(subtreeObservers))
             }
         }
     }

@@ -162,8 +162,10 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             state.phase = .starting
             state.startedWhileNotReady = !ready
             defer { state.startObservers = [] }
-            return .start(StartEffects(delegate: state.delegate, observers: state.startObservers,
-                                       tap: state.notificationTap, notReady: !ready))
+            return .start(
+                StartEffects(
+                    delegate: state.delegate, observers: state.startObservers,
+                    tap: state.notificationTap, notReady: !ready))
         }
 
         switch decision {

@@ -55,12 +55,12 @@ public enum BatonError: Error, Sendable {
     public var culprit: OperationReference? {
         switch self {
         case .dependencyFailed(let operation, _), .inputTypeMismatch(let operation, _, _),
-             .missingInput(let operation), .missingOutput(let operation), .emptySequence(let operation),
-             .executeNotOverridden(let operation), .duplicateOperation(let operation),
-             .alreadyEnqueued(let operation), .alreadyExecuting(let operation),
-             .alreadyFinished(let operation), .timedOut(let operation, _), .childrenFailed(let operation, _),
-             .outputTypeMismatch(let operation, _, _), .invalidArgument(let operation, _),
-             .wouldDeadlock(let operation, _):
+            .missingInput(let operation), .missingOutput(let operation), .emptySequence(let operation),
+            .executeNotOverridden(let operation), .duplicateOperation(let operation),
+            .alreadyEnqueued(let operation), .alreadyExecuting(let operation),
+            .alreadyFinished(let operation), .timedOut(let operation, _), .childrenFailed(let operation, _),
+            .outputTypeMismatch(let operation, _, _), .invalidArgument(let operation, _),
+            .wouldDeadlock(let operation, _):
             return operation
         case .treeNodeFailed(_, let operation, _):
             return operation

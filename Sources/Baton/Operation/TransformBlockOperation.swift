@@ -5,7 +5,9 @@
 ///     operation.finish(with: operation.input! * 2)
 /// }
 /// ```
-public final class TransformBlockOperation<Input: Sendable, Output: Sendable>: TransformOperation<Input, Output>, @unchecked Sendable {
+public final class TransformBlockOperation<Input: Sendable, Output: Sendable>: TransformOperation<Input, Output>,
+    @unchecked Sendable
+{
     private let body: @Sendable (TransformBlockOperation<Input, Output>) -> Void
 
     /// Creates an operation that runs `body` when it executes.

@@ -44,7 +44,8 @@ final class Watchdog: NSObject, XCTestObservation, @unchecked Sendable {
     func testCaseWillStart(_ testCase: XCTestCase) {
         let name = testCase.name
         let alarm = DispatchWorkItem {
-            FileHandle.standardError.write(Data("\nwatchdog: \(name) ran longer than \(Watchdog.limit) s; a wait is stuck. Exiting.\n".utf8))
+            FileHandle.standardError.write(
+                Data("\nwatchdog: \(name) ran longer than \(Watchdog.limit) s; a wait is stuck. Exiting.\n".utf8))
             exit(3)
         }
         pending.mutate { $0 = alarm }

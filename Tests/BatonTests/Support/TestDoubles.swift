@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import XCTest
+
 @testable import Baton
 
 /// The longest any test waits for anything: a bug fails the test, it never hangs CI.
@@ -44,7 +45,12 @@ extension Locked where Value == [String] {
 
 extension Locked where Value == Int {
     @discardableResult
-    func increment() -> Int { mutate { $0 += 1; return $0 } }
+    func increment() -> Int {
+        mutate {
+            $0 += 1
+            return $0
+        }
+    }
 }
 
 /// An error with an identity the tests can compare.
@@ -160,8 +166,10 @@ final class JitterOperation: ResultOperation<Int>, @unchecked Sendable {
 
 /// Runs `body` with the operation after it has finished (bounded).
 @discardableResult
-func finished<T: AsyncOperation>(_ operation: T, on queue: OperationQueue = OperationQueue(),
-                                  file: StaticString = #filePath, line: UInt = #line) -> T {
+func finished<T: AsyncOperation>(
+    _ operation: T, on queue: OperationQueue = OperationQueue(),
+    file: StaticString = #filePath, line: UInt = #line
+) -> T {
     let done = Gate()
     operation.whenFinished { done.open() }
     queue.addOperation(operation)

@@ -24,7 +24,8 @@ final class TemplateTests: BatonTestCase {
     ]
 
     /// Every variant of every template: its golden file's name and the values it is rendered with.
-    private func variants() throws -> [(file: String, template: TemplateCatalog.Template, name: String, values: [String: String])] {
+    private func variants() throws -> [(file: String, template: TemplateCatalog.Template, name: String, values: [String: String])]
+    {
         var variants = [(file: String, template: TemplateCatalog.Template, name: String, values: [String: String])]()
         for kind in TemplateCatalog.kinds {
             let template = try TemplateCatalog.template(kind: kind.name, in: templates)
@@ -64,20 +65,25 @@ final class TemplateTests: BatonTestCase {
         for variant in try variants() {
             let rendered = try TemplateCatalog.render(variant.template, name: variant.name, values: variant.values)
             XCTAssertNil(rendered.range(of: "___"), "\(variant.file) keeps a macro")
-            XCTAssertTrue(rendered.contains("class \(variant.name)") || rendered.contains("struct \(variant.name)"),
-                          "\(variant.file) does not declare its type")
+            XCTAssertTrue(
+                rendered.contains("class \(variant.name)") || rendered.contains("struct \(variant.name)"),
+                "\(variant.file) does not declare its type")
             XCTAssertTrue(rendered.contains("/// "), "\(variant.file) has no doc comment")
         }
         for kind in TemplateCatalog.kinds {
             let template = try TemplateCatalog.template(kind: kind.name, in: templates)
-            let used = Set(template.text.components(separatedBy: "___VARIABLE_").dropFirst().compactMap { $0.components(separatedBy: "___").first })
+            let used = Set(
+                template.text.components(separatedBy: "___VARIABLE_").dropFirst().compactMap {
+                    $0.components(separatedBy: "___").first
+                })
             XCTAssertEqual(used, Set(template.options.map(\.identifier)), "\(kind.folder): macros and options differ")
         }
     }
 
     func testEveryPlistIsAnXcodeFileTemplate() throws {
         for kind in TemplateCatalog.kinds {
-            let data = try Data(contentsOf: templates.appendingPathComponent(kind.folder).appendingPathComponent("TemplateInfo.plist"))
+            let data = try Data(
+                contentsOf: templates.appendingPathComponent(kind.folder).appendingPathComponent("TemplateInfo.plist"))
             let plist = try XCTUnwrap(try PropertyListSerialization.propertyList(from: data, format: nil) as? [String: Any])
             XCTAssertEqual(plist["Kind"] as? String, "Xcode.IDEFoundation.TextSubstitutionFileTemplateKind", kind.folder)
             XCTAssertEqual(plist["MainTemplateFile"] as? String, TemplateCatalog.templateFile, kind.folder)
@@ -103,21 +109,30 @@ final class TemplateTests: BatonTestCase {
         XCTAssertThrowsError(try TemplateCatalog.template(kind: "widget", in: templates)) { error in
             XCTAssertTrue("\(error)".contains("unknown kind 'widget'"), "\(error)")
         }
-        XCTAssertEqual(try TemplateCatalog.render(transform, name: "Fetch", values: ["inputType": "[Recipe.ID]", "outputType": "Result<Int, Error>?"])
+        XCTAssertEqual(
+            try TemplateCatalog.render(
+                transform, name: "Fetch", values: ["inputType": "[Recipe.ID]", "outputType": "Result<Int, Error>?"]
+            )
             .contains("TransformOperation<[Recipe.ID], Result<Int, Error>?>"), true)
     }
 
     func testTypeArgumentsMustBeWholeTypes() {
-        for good in ["Int", "Recipe.ID", "[Int]", "[String: [Int]]", "Result<Int, Error>?", "(Int, String)", "()", "Int??",
-                     "Result<Int, any Error>", "[any Sendable]", "(name: String, age: Int)", "_Private"] {
+        for good in [
+            "Int", "Recipe.ID", "[Int]", "[String: [Int]]", "Result<Int, Error>?", "(Int, String)", "()", "Int??",
+            "Result<Int, any Error>", "[any Sendable]", "(name: String, age: Int)", "_Private",
+        ] {
             XCTAssertTrue(TemplateCatalog.isTypeName(good), good)
         }
-        for bad in ["Int>", "[Int", "Int]", "Result<Int,>", "Array<>", "<Int>", "Int.", ".Int", "[:]", "Int Int", "", "Int; rm -rf",
-                    "class", "(Int", "Int<String", "Int ?", "Int. Type", "_", "Any", "\u{0301}Foo", "any"] {
+        for bad in [
+            "Int>", "[Int", "Int]", "Result<Int,>", "Array<>", "<Int>", "Int.", ".Int", "[:]", "Int Int", "", "Int; rm -rf",
+            "class", "(Int", "Int<String", "Int ?", "Int. Type", "_", "Any", "\u{0301}Foo", "any",
+        ] {
             XCTAssertFalse(TemplateCatalog.isTypeName(bad), bad)
         }
         let result = try? TemplateCatalog.template(kind: "result", in: templates)
-        XCTAssertThrowsError(try TemplateCatalog.render(XCTUnwrap(result), name: "Count", values: ["outputType": "Int>"])) { error in
+        XCTAssertThrowsError(
+            try TemplateCatalog.render(XCTUnwrap(result), name: "Count", values: ["outputType": "Int>"])
+        ) { error in
             XCTAssertTrue("\(error)".contains("'Int>' is not a valid outputType"), "\(error)")
         }
     }
@@ -127,8 +142,12 @@ final class TemplateTests: BatonTestCase {
             let template = try TemplateCatalog.template(kind: kind, in: templates)
             let values = try TemplateCatalog.completing(["moduleName": "App"], for: template, name: "FetchRecipeTests")
             XCTAssertEqual(values["operationName"], "FetchRecipe", kind)
-            XCTAssertTrue(try TemplateCatalog.render(template, name: "FetchRecipeTests", values: values).contains("let operation = FetchRecipe()"), kind)
-            XCTAssertEqual(try TemplateCatalog.completing(["operationName": "Other"], for: template, name: "FetchRecipeTests")["operationName"], "Other")
+            XCTAssertTrue(
+                try TemplateCatalog.render(template, name: "FetchRecipeTests", values: values)
+                    .contains("let operation = FetchRecipe()"),
+                kind)
+            let chosen = try TemplateCatalog.completing(["operationName": "Other"], for: template, name: "FetchRecipeTests")
+            XCTAssertEqual(chosen["operationName"], "Other")
             for unnamed in ["Checks", "Tests"] {
                 XCTAssertThrowsError(try TemplateCatalog.completing([:], for: template, name: unnamed)) { error in
                     XCTAssertTrue("\(error)".contains("Pass --operation <Name>"), "\(error)")
@@ -136,7 +155,8 @@ final class TemplateTests: BatonTestCase {
             }
         }
         let async = try TemplateCatalog.template(kind: "async", in: templates)
-        XCTAssertEqual(try TemplateCatalog.completing([:], for: async, name: "LoadTests"), [:], "only test templates take an operation")
+        XCTAssertEqual(
+            try TemplateCatalog.completing([:], for: async, name: "LoadTests"), [:], "only test templates take an operation")
     }
 
     func testTheTestTemplateUsesSwiftTestingAndTheXCTestOneXCTest() throws {
