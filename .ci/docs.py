@@ -244,6 +244,10 @@ def docc():
     for language in ("swift", "output"):
         if blocks(readme, language)[:2] != blocks(landing, language)[:2]:
             fail(f"the landing page's ```{language} blocks are not the README's first-screen example")
+    manifests = [[block for block in blocks(text, "text") if "swift-tools-version" in block]
+                 for text in (readme, landing)]
+    if not manifests[0] or manifests[0] != manifests[1]:
+        fail("the landing page's Package.swift is not the README's")
 
     result = subprocess.run(
         ["docc", "convert", CATALOG, "--additional-symbol-graph-dir", graphs,
