@@ -62,7 +62,37 @@ def target_name(page):
     return "Page" + re.sub(r"[^A-Za-z0-9]", "", os.path.splitext(os.path.basename(page))[0])
 
 
+def check_install_manifest():
+    """The README's consumer Package.swift is a valid manifest whose dependency is this package."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as file:
+        manifests = [block for block in blocks(file.read(), "text") if "swift-tools-version" in block]
+    if len(manifests) != 1:
+        fail("README.md should show one consumer Package.swift (a ```text block)")
+    scratch = tempfile.mkdtemp(prefix="baton-manifest-")
+    os.makedirs(os.path.join(scratch, "Sources", "App"))
+    open(os.path.join(scratch, "Sources", "App", "main.swift"), "w").close()
+    with open(os.path.join(scratch, "Package.swift"), "w", encoding="utf-8") as file:
+        file.write(manifests[0] + "\n")
+    dump = subprocess.run(["swift", "package", "dump-package", "--package-path", scratch],
+                          capture_output=True, text=True)
+    shutil.rmtree(scratch, ignore_errors=True)
+    if dump.returncode != 0:
+        print(dump.stderr)
+        fail("the README's Package.swift does not parse")
+    package = json.loads(dump.stdout)
+    identities = [entry["identity"] for dependency in package["dependencies"]
+                  for entry in dependency.get("sourceControl", [])]
+    products = [item["product"][:2] for target in package["targets"] for item in target["dependencies"]
+                if "product" in item]
+    requirement = json.dumps(package["dependencies"])
+    if identities != ["baton"] or products != [["Baton", "baton"]] or '"0.1.0"' not in requirement:
+        fail(f"the README's Package.swift should depend on Baton from 0.1.0: {identities} {products}")
+    print("ok   README.md: the consumer Package.swift parses and depends on product Baton of package baton, from 0.1.0")
+
+
 def check_pages(selected):
+    if not selected:
+        check_install_manifest()
     programs = {}
     for page in selected or pages():
         with open(os.path.join(ROOT, page), encoding="utf-8") as file:
