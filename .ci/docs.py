@@ -33,10 +33,20 @@ def fail(message):
     sys.exit(1)
 
 
-def blocks(text, language):
-    """The contents of the fenced blocks whose info string is exactly `language`, in order."""
+def blocks(text, language, where="a page"):
+    """The contents of the fenced blocks whose info string is exactly `language`, in order.
+
+    A fence that a Markdown renderer would show as Swift but this check would not read as ```swift
+    (another case, a space, attributes, `~~~`, an indented fence) is an error, not a skipped block.
+    """
     found, current, inside = [], None, False
-    for line in text.split("\n"):
+    for number, line in enumerate(text.split("\n"), 1):
+        loose = re.match(r"^\s*(```|~~~)\s*(\S*)(.*)$", line)
+        if not inside and loose and loose.group(2).lower() in ("swift", "output") and (
+            line != "```" + loose.group(2) or loose.group(2) not in ("swift", "output")
+        ):
+            fail(f"{where}, line {number}: write the fence as ```swift or ```output exactly, at the start of "
+                 f"the line and with nothing after it: {line.strip()!r}")
         match = FENCE.match(line)
         if not inside and match:
             inside = True
@@ -97,7 +107,7 @@ def check_pages(selected):
     for page in selected or pages():
         with open(os.path.join(ROOT, page), encoding="utf-8") as file:
             text = file.read()
-        swift = blocks(text, "swift")
+        swift = blocks(text, "swift", page)
         if not swift:
             print(f"-- {page}: no Swift blocks, nothing to run")
             continue
@@ -156,6 +166,9 @@ def check_pages(selected):
         if run.returncode != 0:
             print(f"FAIL {page}: exit status {run.returncode}\n{run.stdout}{run.stderr}")
             failures += 1
+        elif run.stderr:
+            print(f"FAIL {page}: wrote to standard error (a reader would see it):\n{run.stderr}")
+            failures += 1
         elif run.stdout != expected:
             print(f"FAIL {page}: prints something else than its ```output blocks")
             import difflib
@@ -175,12 +188,19 @@ def check_pages(selected):
 # ---- DocC articles -------------------------------------------------------------------------------
 
 LINK = re.compile(r"\]\(([A-Za-z]+)\.md(#[A-Za-z0-9-]+)?\)")
+IN_PAGE_LINK = re.compile(r"\]\((#[A-Za-z0-9-]+)\)")
 README_LINK = re.compile(r"\]\(\.\./README\.md(#[A-Za-z0-9-]+)?\)")
 FOOTER = "\n<!-- Generated from Docs/{name} by `python3 .ci/docs.py articles`: edit Docs/{name} instead. -->\n"
 
 
 def slug(heading):
-    return re.sub(r"[^a-z0-9 -]", "", heading.lower()).strip().replace(" ", "-")
+    """GitHub's anchor for a heading."""
+    return re.sub(r"[^a-z0-9 _-]", "", heading.lower()).strip().replace(" ", "-")
+
+
+def docc_anchor(heading):
+    """DocC's anchor for a heading: its words as written, joined by hyphens, punctuation dropped."""
+    return "-".join(re.sub(r"[^A-Za-z0-9 _-]", "", heading).split())
 
 
 def headings(name):
@@ -200,8 +220,16 @@ def article(name, text):
             heading = headings(target).get(anchor[1:])
             if heading is None:
                 fail(f"Docs/{name}: a link to {target}.md{anchor}, which has no such heading")
-            return f"](doc:{target}#{heading.replace(' ', '-')})"
+            return f"](doc:{target}#{docc_anchor(heading)})"
         return f"](doc:{target})"
+
+    def relink_in_page(match):
+        heading = headings(name).get(match.group(1)[1:])
+        if heading is None:
+            fail(f"Docs/{name}: a link to {match.group(1)}, which is not a heading of the page")
+        return f"](doc:{name}#{docc_anchor(heading)})"
+
+    text = IN_PAGE_LINK.sub(relink_in_page, text)
 
     # The README is not an article: its first screen and install text are the landing page's.
     text = README_LINK.sub("](doc:Baton)", text)
