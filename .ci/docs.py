@@ -13,6 +13,7 @@ each target is its own module, so nothing one page defines is visible to another
 ```swift blocks is skipped; a page with Swift but no ```output block must print nothing.
 """
 
+import difflib
 import json
 import os
 import re
@@ -171,7 +172,6 @@ def check_pages(selected):
             failures += 1
         elif run.stdout != expected:
             print(f"FAIL {page}: prints something else than its ```output blocks")
-            import difflib
             sys.stdout.writelines(difflib.unified_diff(
                 expected.splitlines(True), run.stdout.splitlines(True), "the page says", "the program printed"
             ))
