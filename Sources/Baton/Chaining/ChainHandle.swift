@@ -30,6 +30,8 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
     private let extract: @Sendable (Operation?) -> Outcome<Output>
     private let finished = DispatchGroup()
     private let state: Mutex<State>
+    /// The chain's record, when a recorder watches it.
+    let recording: Recording?
 
     /// Where the next operations come from.
     enum Source {
@@ -54,6 +56,9 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
         var firstFailure: (any Error)?
         var outcome: Outcome<Output>?
         var callbacks: [@Sendable (Outcome<Output>) -> Void] = []
+        /// When recorded: the position of the next stage, and the record of the stage before it.
+        var recordedStages = 0
+        var lastRecordedStage: Int?
 
         init(source: Source) {
             switch source {
@@ -97,10 +102,13 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
     }
 
     /// A handle on the operations of `source`, claimed already; nothing is enqueued yet.
+    /// The chain records into the recorder of its first operation, else its queue's, else the global
+    /// one.
     init(
         source: Source,
         adapter: ChainAdapter,
         queue: OperationQueue,
+        first: Operation?,
         extract: @escaping @Sendable (Operation?) -> Outcome<Output>
     ) {
         self.queue = queue
@@ -108,6 +116,15 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
         self.extract = extract
         self.state = Mutex(State(source: source))
         self.finished.enter()
+        let recorder =
+            (first as? AsyncOperation)?.recording?.recorder ?? RecordingRegistry.recorder(forChainOn: queue)
+        if let recorder {
+            let id = recorder.register(kind: .chain, type: Self.self, name: nil, placement: nil, enqueued: false)
+            recorder.started(id, dependencies: [])
+            recording = Recording(recorder: recorder, id: id)
+        } else {
+            recording = nil
+        }
     }
 
     /// Enqueues the first operation (or, for an empty list, finishes at once).
@@ -226,7 +243,23 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
     /// `ForeignStageRunner`.
     private func enqueue(_ operation: Operation) {
         operation.observeCompletion { self.stageFinished(operation) }
-        queue.launch(operation is AsyncOperation ? operation : ForeignStageRunner(operation))
+        let stage = operation is AsyncOperation ? operation : ForeignStageRunner(operation)
+        if let recording { record(stage, in: recording) }
+        queue.launch(stage)
+    }
+
+    /// Records a stage at its position, linked to the stage before it by the adapter.
+    private func record(_ stage: Operation, in recording: Recording) {
+        let (position, predecessor) = state.withLock { state in
+            defer { state.recordedStages += 1 }
+            return (state.recordedStages, state.lastRecordedStage)
+        }
+        let id = recording.adopt(
+            stage,
+            FlightRecorder.Placement(
+                parent: recording.id, position: position, predecessor: predecessor,
+                link: predecessor == nil ? nil : .adapter))
+        state.withLock { $0.lastRecordedStage = id }
     }
 
     /// An operation finished: it is handed on by the one thread that drives the chain. A stage that
@@ -299,6 +332,9 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
             return Finishing(outcome: outcome, callbacks: state.callbacks)
         }
         guard let finishing else { return }
+        if let recording {
+            recording.recorder.finished(recording.id, status: FlightRecord.Status(finishing.outcome), name: nil)
+        }
         // Callbacks first: whoever waits sees them done.
         for callback in finishing.callbacks { callback(finishing.outcome) }
         finished.leave()

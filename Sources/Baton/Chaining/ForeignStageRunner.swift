@@ -34,6 +34,9 @@ final class ForeignStageRunner: AsyncOperation, @unchecked Sendable {
         name = stage.name.map { "runner of \($0)" }
     }
 
+    override var recordedType: Any.Type { type(of: stage) }
+    override var recordedName: String? { stage.name }
+
     override var cancellationTarget: Operation? {
         stage
     }

@@ -93,7 +93,8 @@ extension OperationQueue {
         next: @escaping @Sendable (_ previous: Operation) -> Operation?
     ) throws(BatonError) -> ChainHandle<any Sendable> {
         try ChainValidation.validateAndClaim([first])
-        let handle = ChainHandle<any Sendable>(source: .generator(next), adapter: adapter, queue: self) { last in
+        let handle = ChainHandle<any Sendable>(source: .generator(next), adapter: adapter, queue: self, first: first) {
+            last in
             (last?.observedOutcome ?? .succeeded(nil)).map { $0 ?? () }
         }
         handle.launch(first: first)
@@ -110,7 +111,8 @@ extension OperationQueue {
         var rest = operations.map(Optional.some)
         let first = rest.isEmpty ? nil : rest[0]
         if !rest.isEmpty { rest[0] = nil }
-        let handle = ChainHandle(source: .list(rest, next: 1), adapter: adapter, queue: self, extract: extract)
+        let handle = ChainHandle(
+            source: .list(rest, next: 1), adapter: adapter, queue: self, first: first, extract: extract)
         handle.launch(first: first)
         return handle
     }

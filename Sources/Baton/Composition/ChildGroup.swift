@@ -176,6 +176,10 @@ final class ChildGroup: @unchecked Sendable {
     }
 
     private func launch(_ children: [(index: Int, operation: Operation)]) {
+        // Recorded first: a Foundation child's record is finished before the group hears of it.
+        if let recording = (owner as? AsyncOperation)?.recording {
+            for (index, child) in children { recording.adopt(child, position: index) }
+        }
         for (index, child) in children {
             child.observeCompletion { self.childFinished(child, index: index) }
         }

@@ -137,18 +137,25 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
             // The factory returned an operation that is not fresh (the same one twice, say).
             return end { $0.conclude(.failed(error)) }
         }
-        let launched = attempts.withLock { attempts -> Bool in
-            guard attempts.phase != .done else { return false }
+        // Whether the attempt goes ahead, and the attempt before it.
+        let (launched, previous) = attempts.withLock { attempts -> (Bool, Operation?) in
+            guard attempts.phase != .done else { return (false, nil) }
+            let previous = attempts.current
             attempts.phase = .attempting
             attempts.current = operation
             attempts.count = number
             if keepsFinishedChildren { attempts.made.append(operation) }
             attempts.progress.completed = Int64(number)
-            return true
+            return (true, previous)
         }
         guard launched else { return operation.retire() }
         operation.observeCompletion { self.attemptFinished(operation, number: number) }
         if isCancelled { operation.cancel() }
+        if let recording {
+            recording.adopt(
+                operation, position: number - 1, after: previous, link: number > 1 ? .retry : nil,
+                attempt: number)
+        }
         queue.launch(operation)
     }
 

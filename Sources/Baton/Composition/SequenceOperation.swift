@@ -53,6 +53,9 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
         /// holds and reports here, so the sequence finishes after that step too.
         var ending: Countdown?
         var progress = ProgressCount()
+        /// The sequence's record, read when it starts executing, and how many steps it launched.
+        var recording: Recording?
+        var launchedCount = 0
 
         /// Takes the next untaken step.
         mutating func takeNext() -> Operation? {
@@ -208,6 +211,7 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
 
     /// Starts the first child. Sequences do not override `execute()`.
     public final override func execute() {
+        if let recording { steps.withLock { $0.recording = recording } }
         advance(after: nil)
     }
 
@@ -271,7 +275,7 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
     }
 
     private enum StepDecision {
-        case launch(Operation)
+        case launch(Operation, position: Int, recording: Recording?)
         case park
         /// The sequence stopped while this thread advanced: retire the step, then report to `ending`.
         case retire(Operation?, ending: Countdown?)
@@ -324,14 +328,18 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
             }
             steps.current = next
             if keepsFinishedChildren { steps.launched.append(next) }
-            return .launch(next)
+            steps.launchedCount += 1
+            return .launch(next, position: steps.launchedCount - 1, recording: steps.recording)
         }
         switch decision {
         case nil, .park?:
             break
-        case .launch(let next)?:
+        case .launch(let next, let position, let recording)?:
             if let upstream { Handoff.pass(from: upstream, to: next, adapter: adapter) }
             next.observeCompletion { self.advance(after: next) }
+            if let recording {
+                recording.adopt(next, position: position, after: upstream, link: upstream == nil ? nil : .step)
+            }
             queue.launch(next)
         case .retire(let step, let ending)?:
             switch (step, ending) {

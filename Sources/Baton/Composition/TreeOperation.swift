@@ -57,6 +57,7 @@ public final class TreeOperation<Input: Sendable>: AsyncOperation, ProgressRepor
 
     /// Launches the root.
     public override func execute() {
+        if let recording { run.record(into: recording) }
         let whole = run.open(parent: nil) { [weak self] in self?.treeFinished() }
         root.run(input, [], whole, run)
         run.release(whole)

@@ -26,6 +26,11 @@ final class TreeRun: @unchecked Sendable {
         /// Mappings that ended before they were registered (they must not be registered after).
         var endedExpansions = Set<Int>()
         var nextExpansion = 0
+        /// The tree's record, when it is recorded; how many operations it launched; and each open
+        /// scope's operation record (the predecessor of what the scope launches).
+        var recording: Recording?
+        var recordedLaunches = 0
+        var scopeRecords: [Scope: Int] = [:]
     }
 
     let queue: OperationQueue
@@ -38,6 +43,11 @@ final class TreeRun: @unchecked Sendable {
     }
 
     var isCancelled: Bool { state.withLock { $0.isCancelled } }
+
+    /// Records every operation the tree launches as a child of `recording`'s operation.
+    func record(into recording: Recording) {
+        state.withLock { $0.recording = recording }
+    }
     var failures: [BatonError] { state.withLock { $0.failures } }
     var progress: Progress { state.withLock { $0.progress }.snapshot() }
 
@@ -91,6 +101,7 @@ final class TreeRun: @unchecked Sendable {
                     return nil
                 }
                 state.counters[scope] = nil
+                if state.recording != nil { state.scopeRecords[scope] = nil }
                 return counter
             }
             guard let ended else { return }
@@ -126,10 +137,16 @@ final class TreeRun: @unchecked Sendable {
             whenSubtreeFinished = { if let outcome = box.withLock({ $0 }) { subtreeFinished(outcome) } }
         }
         let scope = open(parent: parent, finished: whenSubtreeFinished)
-        let cancelled = state.withLock { state -> Bool in
+        let (cancelled, placement) = state.withLock { state -> (Bool, (Recording, FlightRecorder.Placement)?) in
             state.live[ObjectIdentifier(operation)] = operation
             state.progress.total += 1
-            return state.isCancelled
+            guard let recording = state.recording else { return (state.isCancelled, nil) }
+            let predecessor = state.scopeRecords[parent]
+            defer { state.recordedLaunches += 1 }
+            let placement = FlightRecorder.Placement(
+                parent: recording.id, position: state.recordedLaunches, predecessor: predecessor,
+                link: predecessor == nil ? nil : .subtree)
+            return (state.isCancelled, (recording, placement))
         }
         operation.observeCompletion { [self] in
             state.withLock { state in
@@ -150,6 +167,11 @@ final class TreeRun: @unchecked Sendable {
             release(scope)
         }
         if cancelled { operation.cancel() }
+        if let (recording, placement) = placement, let id = recording.adopt(operation, placement) {
+            state.withLock { state in
+                if state.counters[scope] != nil { state.scopeRecords[scope] = id }
+            }
+        }
         queue.launch(operation)
     }
 

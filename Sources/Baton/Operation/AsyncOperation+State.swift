@@ -79,6 +79,10 @@ extension AsyncOperation {
         /// Internal hooks that run after `isFinished` has been announced.
         var finishedHooks: [@Sendable () -> Void] = []
         var notificationTap: (@Sendable (Notification) -> Void)?
+        /// The recorder this operation records into, and its record.
+        var recording: Recording?
+        /// Created while some queue had a recorder: at start, look up the queue it starts on.
+        var looksUpQueueRecorder = false
 
         /// Decides the outcome and collects what must be told about it, outside the lock.
         mutating func beginFinishing(_ outcome: Outcome<(any Sendable)?>, wasExecuting: Bool) -> FinishEffects {
@@ -97,12 +101,14 @@ extension AsyncOperation {
         }
 
         /// Marks the operation finished and hands back what runs after the announcement.
-        mutating func commitFinished() -> (hooks: [@Sendable () -> Void], tap: (@Sendable (Notification) -> Void)?) {
+        mutating func commitFinished() -> (
+            hooks: [@Sendable () -> Void], tap: (@Sendable (Notification) -> Void)?, recording: Recording?
+        ) {
             phase = .finished
             delegate = nil
             let hooks = finishedHooks
             finishedHooks = []
-            return (hooks, notificationTap)
+            return (hooks, notificationTap, recording)
         }
     }
 
@@ -139,7 +145,10 @@ extension AsyncOperation {
             for observer in effects.observers { observer(effects.outcome) }
             if effects.dropsUnfinishedDependencies { dropUnfinishedDependencies() }
 
-            let (hooks, tap) = core.withLock { $0.commitFinished() }
+            let (hooks, tap, recording) = core.withLock { $0.commitFinished() }
+            if let recording {
+                recording.recorder.finished(recording.id, status: FlightRecord.Status(effects.outcome), name: recordedName)
+            }
             if effects.wasExecuting { announce(.willChange(Self.isExecutingKey), tap) }
             announce(.willChange(Self.isFinishedKey), tap)
             if effects.wasExecuting { announce(.didChange(Self.isExecutingKey), tap) }

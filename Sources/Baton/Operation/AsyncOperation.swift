@@ -38,17 +38,21 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     let core = Mutex(State())
     /// A number no other Baton operation of this process has: what tells references apart once
     /// operations are freed and their addresses reused.
-    let serialNumber = AsyncOperation.serialNumbers.withLock { last in
-        last += 1
-        return last
-    }
-
-    private static let serialNumbers = Mutex<UInt64>(0)
+    let serialNumber: UInt64
 
     /// Creates a pending operation.
     public override init() {
+        let creation = RecordingRegistry.creation()
+        serialNumber = creation.serial
         super.init()
+        if creation.looksUpQueue { core.withLock { $0.looksUpQueueRecorder = true } }
+        if let global = creation.global { record(into: global, placement: nil, enqueued: false) }
     }
+
+    /// The type a record of this operation shows: a stand-in records as the operation it runs.
+    var recordedType: Any.Type { type(of: self) }
+    /// The name a record of this operation shows.
+    var recordedName: String? { name }
 
     // MARK: - Subclassing
 
@@ -131,11 +135,14 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     /// ``Diagnostic/Kind/startedWhileClaimed`` and does nothing: Baton starts it. Started
     /// before its dependencies finished, it reports ``Diagnostic/Kind/startedWhileNotReady`` and runs.
     public final override func start() {
-        let (policy, custody) = core.withLock { ($0.policy, $0.custody) }
+        var (policy, custody, recording, looksUpQueue) = core.withLock {
+            ($0.policy, $0.custody, $0.recording, $0.looksUpQueueRecorder)
+        }
         guard custody.allowsStart else {
             Diagnostics.report(.startedWhileClaimed, self)
             return
         }
+        if recording == nil && looksUpQueue { recording = recordingOfStartingQueue() }
         let verdict = dependencyVerdict(policy)
         let ready = isReady
 
@@ -174,6 +181,9 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         case .skip(let effects):
             finishWithoutExecuting(effects)
         case .start(let effects):
+            if let recording {
+                recording.recorder.started(recording.id, dependencies: recordedDependencies(in: recording.recorder))
+            }
             if effects.notReady { Diagnostics.report(.startedWhileNotReady, self) }
             announce(.willChange(Self.isExecutingKey), effects.tap)
             announce(.didChange(Self.isExecutingKey), effects.tap)

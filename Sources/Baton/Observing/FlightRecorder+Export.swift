@@ -1,0 +1,476 @@
+import Foundation
+
+extension FlightRecorder {
+    /// The pictures a recorder makes of what it recorded.
+    public enum ExportFormat: Sendable, CaseIterable {
+        /// Chrome's Trace Event format (JSON): open it in Perfetto (ui.perfetto.dev) or
+        /// `chrome://tracing` to see the run as a timeline. Each operation that ran is a complete span
+        /// on the track of the thread it started on; composites and chains are spans on tracks of their
+        /// own that enclose their children's; an operation skipped at start is an instant event. The
+        /// colour (`cname`) and the `args` say how it ended.
+        case chromeTrace
+        /// A Graphviz graph (render it with `dot -Tsvg`): one node per operation, coloured by outcome
+        /// and labelled with its duration; composites and chains as clusters; dependency edges solid,
+        /// chain adapters, sequence steps, retries and tree links dashed and labelled.
+        case graphviz
+        /// The same graph as ``graphviz`` in Mermaid's `flowchart` syntax, which Markdown renderers
+        /// (GitHub among them) draw.
+        case mermaid
+        /// An indented tree, one line per operation with its state: `pending`, `executing` or
+        /// `finished(outcome)`. For a log or a debugger when something seems stuck.
+        case textTree
+    }
+
+    /// What the recorder holds, in `format`.
+    ///
+    /// - Parameter format: The format.
+    /// - Returns: The export, as text.
+    public func export(_ format: ExportFormat) -> String {
+        let structure = RecordStructure(records, exportedAt: now())
+        switch format {
+        case .chromeTrace: return structure.chromeTrace()
+        case .graphviz: return structure.graphviz()
+        case .mermaid: return structure.mermaid()
+        case .textTree: return structure.textTree(roots: structure.roots)
+        }
+    }
+
+    /// Writes what the recorder holds, in `format`, to a file (replacing it).
+    ///
+    /// - Parameters:
+    ///   - format: The format.
+    ///   - url: The file.
+    /// - Throws: The error writing the file failed with.
+    public func write(_ format: ExportFormat, to url: URL) throws {
+        try Data(export(format).utf8).write(to: url, options: .atomic)
+    }
+
+    /// The text tree (``ExportFormat/textTree``) of one recorded operation and what it ran: a live
+    /// composite's children with their states, say.
+    ///
+    /// - Parameter operation: An operation recorded by this recorder.
+    /// - Returns: The tree, or an empty string when the recorder has no record of `operation`.
+    public func textTree(of operation: AsyncOperation) -> String {
+        guard let recording = operation.recording, recording.recorder === self else { return "" }
+        return textTree(ofRecord: recording.id)
+    }
+
+    /// The text tree (``ExportFormat/textTree``) of a recorded chain: its operations handed to the
+    /// queue so far, in order, with their states.
+    ///
+    /// - Parameter chain: A chain recorded by this recorder.
+    /// - Returns: The tree, or an empty string when the recorder has no record of `chain`.
+    public func textTree<Output>(of chain: ChainHandle<Output>) -> String {
+        guard let recording = chain.recording, recording.recorder === self else { return "" }
+        return textTree(ofRecord: recording.id)
+    }
+
+    private func textTree(ofRecord id: Int) -> String {
+        let structure = RecordStructure(records, exportedAt: now())
+        guard structure.byID[id] != nil else { return "" }
+        return structure.textTree(roots: [id])
+    }
+}
+
+/// The records of one snapshot, arranged as a forest: who ran whom.
+struct RecordStructure {
+    let records: [FlightRecord]
+    let byID: [Int: FlightRecord]
+    /// Each record's children, by position (then id).
+    let children: [Int: [Int]]
+    /// Records whose parent is not kept (or who have none), by id.
+    let roots: [Int]
+    let exportedAt: Duration
+
+    init(_ records: [FlightRecord], exportedAt: Duration) {
+        self.records = records
+        self.exportedAt = exportedAt
+        var byID = [Int: FlightRecord]()
+        for record in records { byID[record.id] = record }
+        var children = [Int: [Int]]()
+        var roots = [Int]()
+        for record in records {
+            if let parent = record.parentID, byID[parent] != nil {
+                children[parent, default: []].append(record.id)
+            } else {
+                roots.append(record.id)
+            }
+        }
+        for (parent, list) in children {
+            children[parent] = list.sorted { lhs, rhs in
+                let (left, right) = (byID[lhs]!.position ?? .max, byID[rhs]!.position ?? .max)
+                return left != right ? left < right : lhs < rhs
+            }
+        }
+        self.byID = byID
+        self.children = children
+        self.roots = roots
+    }
+
+    /// Visits the forest below `roots` in order: `enter` for each record (with its depth and whether
+    /// it is the last of its siblings), `leave` after its children. Iterative, for trees of any depth.
+    func walk(
+        roots: [Int], enter: (FlightRecord, _ ancestorsLast: [Bool], _ isLast: Bool) -> Void,
+        leave: (FlightRecord) -> Void = { _ in }
+    ) {
+        enum Step {
+            case enter(Int, ancestorsLast: [Bool], isLast: Bool)
+            case leave(Int)
+        }
+        var stack: [Step] = roots.enumerated().reversed().map {
+            .enter($0.element, ancestorsLast: [], isLast: $0.offset == roots.count - 1)
+        }
+        while let step = stack.popLast() {
+            switch step {
+            case .enter(let id, let ancestorsLast, let isLast):
+                guard let record = byID[id] else { continue }
+                enter(record, ancestorsLast, isLast)
+                stack.append(.leave(id))
+                let kids = children[id] ?? []
+                for (offset, kid) in kids.enumerated().reversed() {
+                    stack.append(.enter(kid, ancestorsLast: ancestorsLast + [isLast], isLast: offset == kids.count - 1))
+                }
+            case .leave(let id):
+                if let record = byID[id] { leave(record) }
+            }
+        }
+    }
+
+    // MARK: - Text tree
+
+    func textTree(roots: [Int]) -> String {
+        var lines = [String]()
+        walk(roots: roots) { record, ancestorsLast, isLast in
+            // The top level has no branch; below it, each ancestor but the top draws a rail.
+            var prefix = ""
+            if !ancestorsLast.isEmpty {
+                for last in ancestorsLast.dropFirst() { prefix += last ? "   " : "│  " }
+                prefix += isLast ? "└─ " : "├─ "
+            }
+            lines.append("\(prefix)\(record.label) \(record.status)")
+        }
+        return lines.map { $0 + "\n" }.joined()
+    }
+
+    // MARK: - Chrome trace
+
+    func chromeTrace() -> String {
+        enum Placement {
+            case thread(Int)
+            case lane
+            case skipped
+        }
+        struct Event {
+            let record: FlightRecord
+            let start: Duration
+            /// `nil` for an instant event.
+            let end: Duration?
+            let placement: Placement
+        }
+        var events = [Event]()
+        for record in records {
+            if record.kind == .operation && record.observesStart {
+                if let started = record.startedAt, let thread = record.thread {
+                    events.append(Event(record: record, start: started, end: max(started, record.finishedAt ?? exportedAt), placement: .thread(thread)))
+                } else if let finished = record.finishedAt {
+                    events.append(Event(record: record, start: finished, end: nil, placement: .skipped))
+                }
+            } else if let start = record.startedAt ?? (record.observesStart ? nil : record.enqueuedAt) {
+                events.append(Event(record: record, start: start, end: max(start, record.finishedAt ?? exportedAt), placement: .lane))
+            } else if let finished = record.finishedAt {
+                events.append(Event(record: record, start: finished, end: nil, placement: .skipped))
+            }
+        }
+        // Composites, chains and Foundation operations (whose thread is unknown) go on lanes of their
+        // own, packed so that spans on one lane never overlap: a lane's spans nest as they should.
+        var laneEnds = [Duration]()
+        var lanes = [Int: Int]()
+        for event in events.sorted(by: { ($0.start, $0.record.id) < ($1.start, $1.record.id) }) {
+            guard case .lane = event.placement, let end = event.end else { continue }
+            let lane = laneEnds.firstIndex { $0 <= event.start } ?? laneEnds.count
+            if lane == laneEnds.count { laneEnds.append(end) } else { laneEnds[lane] = end }
+            lanes[event.record.id] = lane
+        }
+        var lines = [#"{"name":"process_name","ph":"M","pid":1,"tid":0,"args":{"name":"Baton"}}"#]
+        func track(_ tid: Int, _ name: String, sortIndex: Int) {
+            lines.append(#"{"name":"thread_name","ph":"M","pid":1,"tid":\#(tid),"args":{"name":\#(json(name))}}"#)
+            lines.append(
+                #"{"name":"thread_sort_index","ph":"M","pid":1,"tid":\#(tid),"args":{"sort_index":\#(sortIndex)}}"#)
+        }
+        for lane in laneEnds.indices { track(Self.laneBase + lane, "composites and chains \(lane + 1)", sortIndex: lane) }
+        for thread in Set(records.compactMap(\.thread)).sorted() {
+            track(thread, "thread \(thread)", sortIndex: laneEnds.count + thread)
+        }
+        if events.contains(where: { if case .skipped = $0.placement { return true } else { return false } }) {
+            track(Self.laneBase - 1, "skipped at start", sortIndex: Self.laneBase)
+        }
+        for event in events {
+            let record = event.record
+            let tid: Int
+            switch event.placement {
+            case .thread(let thread): tid = thread
+            case .lane: tid = Self.laneBase + (lanes[record.id] ?? 0)
+            case .skipped: tid = Self.laneBase - 1
+            }
+            let common =
+                #""name":\#(json(record.label)),"cat":\#(json(category(record))),"pid":1,"tid":\#(tid),"ts":\#(micros(event.start)),"cname":\#(json(colour(record))),"args":\#(traceArgs(record))"#
+            if let end = event.end {
+                lines.append(#"{"ph":"X","dur":\#(micros(end - event.start)),\#(common)}"#)
+            } else {
+                lines.append(#"{"ph":"i","s":"t",\#(common)}"#)
+            }
+        }
+        return #"{"displayTimeUnit":"ms","traceEvents":["# + "\n" + lines.joined(separator: ",\n") + "\n]}\n"
+    }
+
+    static let laneBase = 100_000
+
+    private func category(_ record: FlightRecord) -> String {
+        switch record.kind {
+        case .operation: return "operation"
+        case .composite: return "composite"
+        case .chain: return "chain"
+        }
+    }
+
+    private func colour(_ record: FlightRecord) -> String {
+        switch record.status {
+        case .succeeded: return "good"
+        case .failed: return "terrible"
+        case .cancelled: return "grey"
+        case .executing: return "yellow"
+        case .pending: return "white"
+        }
+    }
+
+    private func traceArgs(_ record: FlightRecord) -> String {
+        var fields = [(String, String)]()
+        fields.append(("id", "\(record.id)"))
+        fields.append(("type", json(record.typeName)))
+        fields.append(("status", json(record.status.description)))
+        if case .failed(let error) = record.status { fields.append(("error", json(error))) }
+        if let parent = record.parentID { fields.append(("parent", "\(parent)")) }
+        if let position = record.position { fields.append(("position", "\(position)")) }
+        if let attempt = record.attempt { fields.append(("attempt", "\(attempt)")) }
+        if let predecessor = record.predecessorID { fields.append(("after", "\(predecessor)")) }
+        if !record.dependencyIDs.isEmpty {
+            fields.append(("dependencies", "[" + record.dependencyIDs.map(String.init).joined(separator: ",") + "]"))
+        }
+        if let enqueued = record.enqueuedAt { fields.append(("enqueued_us", micros(enqueued))) }
+        if let enqueued = record.enqueuedAt, let started = record.startedAt {
+            fields.append(("queued_us", micros(started - enqueued)))
+        }
+        if !record.observesStart {
+            fields.append(("start", json("not observed (a Foundation operation): the span starts when it was enqueued")))
+        }
+        return "{" + fields.map { "\(json($0.0)):\($0.1)" }.joined(separator: ",") + "}"
+    }
+
+    // MARK: - Graphs
+
+    /// An edge of the graph: from, to, and its label (`nil` for a dependency).
+    private var edges: [(from: Int, to: Int, link: FlightRecord.Link?)] {
+        var edges = [(from: Int, to: Int, link: FlightRecord.Link?)]()
+        for record in records {
+            for dependency in record.dependencyIDs where byID[dependency] != nil {
+                edges.append((dependency, record.id, nil))
+            }
+            if let predecessor = record.predecessorID, byID[predecessor] != nil {
+                edges.append((predecessor, record.id, record.link ?? .adapter))
+            }
+        }
+        return edges
+    }
+
+    private func linkName(_ link: FlightRecord.Link) -> String {
+        switch link {
+        case .adapter: return "adapter"
+        case .step: return "then"
+        case .retry: return "retry"
+        case .subtree: return "children"
+        }
+    }
+
+    /// What a node or cluster says under its name: its duration, or its state.
+    private func summary(_ record: FlightRecord) -> String {
+        let time: String?
+        if let duration = record.duration {
+            time = Self.format(duration)
+        } else if let enqueued = record.enqueuedAt, let finished = record.finishedAt {
+            time = Self.format(finished - enqueued)
+        } else {
+            time = nil
+        }
+        switch record.status {
+        case .succeeded: return time ?? "succeeded"
+        case .failed(let error): return (time.map { "\($0) · " } ?? "") + "failed: " + Self.shorten(error)
+        case .cancelled: return (time.map { "\($0) · " } ?? "") + "cancelled"
+        case .executing, .pending: return record.status.description
+        }
+    }
+
+    private static func shorten(_ text: String, to limit: Int = 48) -> String {
+        text.count <= limit ? text : String(text.prefix(limit - 1)) + "…"
+    }
+
+    static func format(_ duration: Duration) -> String {
+        let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        if seconds < 1e-3 { return String(format: "%.0f µs", seconds * 1e6) }
+        if seconds < 1 { return String(format: "%.2f ms", seconds * 1e3) }
+        return String(format: "%.2f s", seconds)
+    }
+
+    private static let fills: [String: String] = [
+        "succeeded": "#c8e6c9", "failed": "#ffcdd2", "cancelled": "#e0e0e0", "executing": "#fff9c4",
+        "pending": "#ffffff",
+    ]
+
+    private static func statusClass(_ status: FlightRecord.Status) -> String {
+        switch status {
+        case .succeeded: return "succeeded"
+        case .failed: return "failed"
+        case .cancelled: return "cancelled"
+        case .executing: return "executing"
+        case .pending: return "pending"
+        }
+    }
+
+    func graphviz() -> String {
+        var lines = ["digraph Baton {", "  rankdir=LR;", "  compound=true;"]
+        lines.append(#"  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];"#)
+        lines.append(#"  edge [fontname="Helvetica", fontsize=9];"#)
+        func node(_ record: FlightRecord, indent: String) -> String {
+            let shape = record.kind == .composite ? ", shape=folder" : ""
+            let fill = Self.fills[Self.statusClass(record.status)]!
+            return
+                #"\#(indent)n\#(record.id) [label=\#(dot(record.label + "\n" + summary(record)))\#(shape), fillcolor="\#(fill)"];"#
+        }
+        walk(
+            roots: roots,
+            enter: { record, ancestors, _ in
+                let indent = String(repeating: "  ", count: ancestors.count + 1)
+                guard record.kind != .operation || children[record.id] != nil else {
+                    lines.append(node(record, indent: indent))
+                    return
+                }
+                lines.append("\(indent)subgraph cluster_\(record.id) {")
+                lines.append(
+                    "\(indent)  label=\(dot(record.label + " · " + summary(record))); style=\"rounded\"; color=\"#607d8b\";")
+                if record.kind != .chain { lines.append(node(record, indent: indent + "  ")) }
+            },
+            leave: { record in
+                if record.kind != .operation || children[record.id] != nil {
+                    let depth = ancestorsDepth(record)
+                    lines.append(String(repeating: "  ", count: depth + 1) + "}")
+                }
+            })
+        for edge in edges {
+            if let link = edge.link {
+                lines.append(#"  n\#(edge.from) -> n\#(edge.to) [style=dashed, label="\#(linkName(link))"];"#)
+            } else {
+                lines.append("  n\(edge.from) -> n\(edge.to);")
+            }
+        }
+        lines.append("}")
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// How many kept ancestors a record has.
+    private func ancestorsDepth(_ record: FlightRecord) -> Int {
+        var depth = 0
+        var parent = record.parentID
+        while let id = parent, let next = byID[id] {
+            depth += 1
+            parent = next.parentID
+        }
+        return depth
+    }
+
+    func mermaid() -> String {
+        var lines = ["flowchart LR"]
+        var classes = [String: [String]]()
+        func node(_ record: FlightRecord, indent: String) -> String {
+            classes[Self.statusClass(record.status), default: []].append("n\(record.id)")
+            let text = mermaidText(record.label) + "<br/>" + mermaidText(summary(record))
+            return record.kind == .composite
+                ? "\(indent)n\(record.id)[[\"\(text)\"]]" : "\(indent)n\(record.id)[\"\(text)\"]"
+        }
+        walk(
+            roots: roots,
+            enter: { record, ancestors, _ in
+                let indent = String(repeating: "  ", count: ancestors.count + 1)
+                guard record.kind != .operation || children[record.id] != nil else {
+                    lines.append(node(record, indent: indent))
+                    return
+                }
+                let title = mermaidText(record.label + " · " + summary(record))
+                lines.append("\(indent)subgraph c\(record.id) [\"\(title)\"]")
+                if record.kind != .chain { lines.append(node(record, indent: indent + "  ")) }
+            },
+            leave: { record in
+                if record.kind != .operation || children[record.id] != nil {
+                    lines.append(String(repeating: "  ", count: ancestorsDepth(record) + 1) + "end")
+                }
+            })
+        for edge in edges {
+            if let link = edge.link {
+                lines.append("  n\(edge.from) -.->|\(linkName(link))| n\(edge.to)")
+            } else {
+                lines.append("  n\(edge.from) --> n\(edge.to)")
+            }
+        }
+        for name in ["succeeded", "failed", "cancelled", "executing", "pending"] {
+            lines.append("  classDef \(name) fill:\(Self.fills[name]!)")
+            if let members = classes[name] { lines.append("  class \(members.joined(separator: ",")) \(name)") }
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+}
+
+// MARK: - Escaping
+
+/// A JSON string literal.
+private func json(_ text: String) -> String {
+    var out = "\""
+    for scalar in text.unicodeScalars {
+        switch scalar {
+        case "\"": out += "\\\""
+        case "\\": out += "\\\\"
+        case "\n": out += "\\n"
+        case "\r": out += "\\r"
+        case "\t": out += "\\t"
+        case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
+        default: out.unicodeScalars.append(scalar)
+        }
+    }
+    return out + "\""
+}
+
+/// A Graphviz string literal (lines end with `\l`-free centred breaks).
+private func dot(_ text: String) -> String {
+    var out = "\""
+    for character in text {
+        switch character {
+        case "\"": out += "\\\""
+        case "\\": out += "\\\\"
+        case "\n": out += "\\n"
+        default: out.append(character)
+        }
+    }
+    return out + "\""
+}
+
+/// Text for a Mermaid label in double quotes.
+private func mermaidText(_ text: String) -> String {
+    text.replacingOccurrences(of: "&", with: "#amp;")
+        .replacingOccurrences(of: "\"", with: "#quot;")
+        .replacingOccurrences(of: "<", with: "#lt;")
+        .replacingOccurrences(of: ">", with: "#gt;")
+        .replacingOccurrences(of: "\n", with: " ")
+}
+
+/// Microseconds, as Chrome's trace wants them.
+private func micros(_ duration: Duration) -> String {
+    let nanoseconds = duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000
+    return String(format: "%.3f", Double(nanoseconds) / 1000)
+}

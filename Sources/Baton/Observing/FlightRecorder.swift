@@ -1,0 +1,289 @@
+import Dispatch
+import Foundation
+
+#if canImport(Darwin)
+import Darwin
+#elseif canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Records how operations ran (their structure, their times, their threads and their outcomes) and
+/// turns a run into pictures: a Chrome trace, a Graphviz or Mermaid graph, a text tree.
+///
+/// ```swift
+/// let recorder = FlightRecorder()
+/// let group = GroupOperation(operations: [Step(), Step()])
+/// recorder.attach(to: group)
+/// try group.run(timeout: .seconds(5))
+/// print(recorder.export(.textTree))
+/// ```
+///
+/// Attach it where you want to look:
+/// - to an operation with ``attach(to:)-(AsyncOperation)``: the operation and, for a composite
+///   (group, sequence, retry, tree), everything it runs, to any depth;
+/// - to the operations of a chain with ``attach(to:)-([Operation])`` before `addChain`: the chain, its
+///   operations and their adapter links;
+/// - to a queue with ``attach(to:)-(OperationQueue)``: every Baton operation created afterwards that
+///   starts on the queue, and every chain added to it;
+/// - to the whole process with ``global``: every Baton operation created while it is set.
+///
+/// An operation records into one recorder, the first that claimed it; the children of a recorded
+/// composite record into their parent's.
+///
+/// ## Cost
+/// Nothing is recorded, and nothing is paid beyond a branch per operation, while no recorder is
+/// attached. Recording takes the recorder's lock three times per operation (when it is handed to a
+/// queue, when it starts and when it finishes).
+///
+/// ## Bounded
+/// The recorder keeps the most recent ``capacity`` records, by the order it first saw each operation:
+/// a new record replaces the oldest one, which is counted in ``droppedCount``. A run of any length
+/// costs at most `capacity` records of memory. Exports treat a record whose parent was dropped as a
+/// top-level one.
+public final class FlightRecorder: Sendable {
+    /// The most records kept.
+    public let capacity: Int
+    /// `DispatchTime` uptime at creation: record times are offsets from it.
+    let origin: UInt64
+    private let storage: Mutex<Storage>
+
+    private struct Storage {
+        /// The records, in a ring: record `id` lives at `(id - 1) % capacity` until a newer one
+        /// takes its place.
+        var ring: [FlightRecord] = []
+        var lastID = 0
+        var dropped = 0
+        var typeNames: [ObjectIdentifier: String] = [:]
+        var threads: [UInt: Int] = [:]
+    }
+
+    /// The error ``init(capacity:)`` throws for a capacity below 1.
+    public struct CapacityError: Error, Sendable, Equatable, CustomStringConvertible {
+        /// The capacity that was asked for.
+        public let capacity: Int
+        /// Says what was wrong.
+        public var description: String {
+            "a FlightRecorder's capacity must be at least 1, got \(capacity)"
+        }
+    }
+
+    /// The capacity of a recorder made with ``init()``: 100,000 records (about 20 MB at most).
+    public static let defaultCapacity = 100_000
+
+    /// Creates a recorder that keeps the most recent ``defaultCapacity`` records.
+    public convenience init() {
+        self.init(validCapacity: Self.defaultCapacity)
+    }
+
+    /// Creates a recorder that keeps the most recent `capacity` records.
+    ///
+    /// - Parameter capacity: The most records kept, at least 1.
+    /// - Throws: ``CapacityError`` when `capacity` is below 1.
+    public convenience init(capacity: Int) throws(CapacityError) {
+        guard capacity >= 1 else { throw CapacityError(capacity: capacity) }
+        self.init(validCapacity: capacity)
+    }
+
+    private init(validCapacity: Int) {
+        capacity = validCapacity
+        origin = DispatchTime.now().uptimeNanoseconds
+        storage = Mutex(Storage())
+    }
+
+    // MARK: - Attaching
+
+    /// Records `operation` and, for a composite, every operation it runs (and theirs, to any depth).
+    ///
+    /// Attach before the operation starts: what happened before is not recorded. An operation that
+    /// already records into another recorder (a global one, say) stays with it.
+    ///
+    /// - Parameter operation: The operation.
+    public func attach(to operation: AsyncOperation) {
+        operation.record(into: self, placement: nil, enqueued: false)
+    }
+
+    /// Records each of `operations`: attach a chain's operations this way before `addChain`, and the
+    /// chain is recorded too, with each operation's position and the adapter links between them.
+    ///
+    /// Foundation operations (not Baton ones) cannot carry a recorder of their own; in a chain whose
+    /// first operation is recorded, they are recorded as the chain runs them.
+    ///
+    /// - Parameter operations: The operations.
+    public func attach(to operations: [Operation]) {
+        for case let operation as AsyncOperation in operations { attach(to: operation) }
+    }
+
+    /// Records every chain added to `queue` from now on, and every Baton operation that is created
+    /// from now on and starts on `queue` (with, for a composite, everything it runs).
+    ///
+    /// The queue is held weakly; ``detach(from:)`` stops recording it.
+    ///
+    /// - Parameter queue: The queue.
+    public func attach(to queue: OperationQueue) {
+        RecordingRegistry.attach(self, to: queue)
+    }
+
+    /// Stops recording the chains and operations that start on `queue` from now on (those already
+    /// recorded go on being recorded until they finish).
+    ///
+    /// - Parameter queue: The queue.
+    public func detach(from queue: OperationQueue) {
+        RecordingRegistry.detach(self, from: queue)
+    }
+
+    /// The recorder every Baton operation created while it is set records into (with, for a
+    /// composite, everything it runs, and every chain added while it is set); `nil`, the default,
+    /// records nothing.
+    ///
+    /// ```swift
+    /// FlightRecorder.global = FlightRecorder()
+    /// defer { FlightRecorder.global = nil }
+    /// ```
+    public static var global: FlightRecorder? {
+        get { RecordingRegistry.global }
+        set { RecordingRegistry.global = newValue }
+    }
+
+    // MARK: - Reading
+
+    /// The records kept, by ``FlightRecord/id``: one snapshot, taken at one instant.
+    public var records: [FlightRecord] {
+        storage.withLock { storage in
+            let split = storage.lastID % capacity
+            guard storage.ring.count == capacity, split != 0 else { return storage.ring }
+            return Array(storage.ring[split...] + storage.ring[..<split])
+        }
+    }
+
+    /// How many records were dropped to stay within ``capacity``.
+    public var droppedCount: Int {
+        storage.withLock { $0.dropped }
+    }
+
+    // MARK: - Recording (internal)
+
+    /// Where a record sits in the structure.
+    struct Placement {
+        var parent: Int?
+        var position: Int?
+        var predecessor: Int?
+        var link: FlightRecord.Link?
+        var attempt: Int?
+    }
+
+    /// The offset of now from the recorder's creation.
+    func now() -> Duration {
+        .nanoseconds(Int64(bitPattern: DispatchTime.now().uptimeNanoseconds &- origin))
+    }
+
+    /// Makes a new record and returns its id; the oldest record makes way when the ring is full.
+    func register(
+        kind: FlightRecord.Kind, type: Any.Type, name: String?, placement: Placement?, enqueued: Bool,
+        observesStart: Bool = true
+    ) -> Int {
+        let typeID = ObjectIdentifier(type)
+        let time = enqueued ? now() : nil
+        return storage.withLock { storage in
+            storage.lastID += 1
+            let typeName: String
+            if let known = storage.typeNames[typeID] {
+                typeName = known
+            } else {
+                typeName = kind == .chain ? "Chain" : String(describing: type)
+                storage.typeNames[typeID] = typeName
+            }
+            var record = FlightRecord(id: storage.lastID, kind: kind, typeName: typeName)
+            record.name = name
+            record.enqueuedAt = time
+            record.observesStart = observesStart
+            if let placement { record.place(placement) }
+            if storage.ring.count < capacity {
+                storage.ring.append(record)
+            } else {
+                storage.ring[(record.id - 1) % capacity] = record
+                storage.dropped += 1
+            }
+            return record.id
+        }
+    }
+
+    /// Updates a record (if it is still kept).
+    private func update(_ id: Int, _ change: (inout FlightRecord) -> Void) {
+        storage.withLock { storage in
+            let slot = (id - 1) % capacity
+            guard slot < storage.ring.count, storage.ring[slot].id == id else { return }
+            change(&storage.ring[slot])
+        }
+    }
+
+    /// Places an existing record in a parent, as it is handed to a queue.
+    func place(_ id: Int, _ placement: Placement, enqueued: Bool) {
+        let time = enqueued ? now() : nil
+        update(id) { record in
+            record.place(placement)
+            if let time { record.enqueuedAt = time }
+        }
+    }
+
+    /// The operation started, on this thread, after `dependencies`.
+    func started(_ id: Int, dependencies: [Int]) {
+        let time = now()
+        let thread = Self.currentThreadKey()
+        storage.withLock { storage in
+            let number: Int
+            if let known = storage.threads[thread] {
+                number = known
+            } else {
+                number = storage.threads.count + 1
+                storage.threads[thread] = number
+            }
+            let slot = (id - 1) % capacity
+            guard slot < storage.ring.count, storage.ring[slot].id == id else { return }
+            storage.ring[slot].startedAt = time
+            storage.ring[slot].thread = number
+            storage.ring[slot].status = .executing
+            storage.ring[slot].dependencyIDs = dependencies
+        }
+    }
+
+    /// The operation (or chain) finished with `status`.
+    func finished(_ id: Int, status: FlightRecord.Status, name: String?) {
+        let time = now()
+        update(id) { record in
+            record.finishedAt = time
+            record.status = status
+            if let name { record.name = name }
+        }
+    }
+
+    private static func currentThreadKey() -> UInt {
+        #if canImport(Darwin)
+        return UInt(bitPattern: pthread_self())
+        #else
+        return UInt(pthread_self())
+        #endif
+    }
+}
+
+extension FlightRecord {
+    fileprivate mutating func place(_ placement: FlightRecorder.Placement) {
+        if let parent = placement.parent { parentID = parent }
+        if let position = placement.position { self.position = position }
+        if let predecessor = placement.predecessor { predecessorID = predecessor }
+        if let link = placement.link { self.link = link }
+        if let attempt = placement.attempt { self.attempt = attempt }
+    }
+}
+
+extension FlightRecord.Status {
+    /// The status an outcome ends in.
+    init<Output>(_ outcome: Outcome<Output>) {
+        switch outcome {
+        case .succeeded: self = .succeeded
+        case .failed(let error): self = .failed(String(describing: error))
+        case .cancelled: self = .cancelled
+        }
+    }
+}
