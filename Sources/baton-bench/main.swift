@@ -38,7 +38,7 @@ struct Options {
                     """
                     usage: baton-bench [--n 1000,10000,100000] [--reps 3] [--csv] [--only WORKLOAD]
                                        [--raw-limit N] [--independent-limit N] [--million] [--demo-large-files N]
-                      WORKLOAD is independent, chain, group, sequence, tree, memory or demo
+                      WORKLOAD is independent, chain, group, sequence, tree, recording, memory or demo
                       --raw-limit N          largest n for the quadratic raw Foundation chains (default 10000)
                       --independent-limit N  largest n for independent BlockOperation baselines (default 100000)
                       --million              add chains of 1,000,000 operations (timed, and in the memory rows)
@@ -185,6 +185,20 @@ let batonSequence: Workload = { n in
     guard value == max(n, 2) - 1 else { throw BenchmarkFailure(description: "sequence of \(n) produced \(value)") }
 }
 
+/// `workload` with a global `FlightRecorder` that keeps every record (`capacity` nil) or the most
+/// recent `capacity`: the same work, recorded.
+func recorded(_ workload: @escaping Workload, capacity: Int? = nil) -> Workload {
+    { n in
+        FlightRecorder.global = try FlightRecorder(capacity: capacity ?? n + 16)
+        defer { FlightRecorder.global = nil }
+        try workload(n)
+        // Only a cheap check inside the timed run: the tests check the records themselves.
+        guard capacity != nil || FlightRecorder.global?.droppedCount == 0 else {
+            throw BenchmarkFailure(description: "the recorder dropped records it had room for")
+        }
+    }
+}
+
 /// The number of nodes in a tree of fan-out 10 whose depth makes it closest to `n` (depth 4: 11,111).
 func treeDepth(for n: Int) -> Int {
     var depth = 0
@@ -263,6 +277,10 @@ let workloads: [String: Workload] = [
     "empty-process": emptyProcess,
     "baton-chain-generated": batonGeneratedChain,
     "baton-group-1MiB-outputs": batonGroupOfLargeOutputs,
+    "baton-chain-recorded": recorded(batonChain),
+    "baton-group-recorded": recorded(batonGroup),
+    "baton-sequence-recorded": recorded(batonSequence),
+    "baton-chain-recorded-cap-10000": recorded(batonChain, capacity: 10_000),
 ]
 
 // A child process runs one workload once and prints "seconds peak_mib": each measurement gets a
@@ -343,6 +361,10 @@ let comparisons = [
     Comparison(
         workload: "tree", baton: "baton-tree",
         baselines: [("GCD-tree", .max), ("BlockOperation", options.independentLimit)]),
+    // Recording everything (a global FlightRecorder that drops nothing) against the same work unrecorded.
+    Comparison(workload: "rec-chain", baton: "baton-chain-recorded", baselines: [("baton-chain", .max)]),
+    Comparison(workload: "rec-group", baton: "baton-group-recorded", baselines: [("baton-group", .max)]),
+    Comparison(workload: "rec-sequence", baton: "baton-sequence-recorded", baselines: [("baton-sequence", .max)]),
 ]
 
 if options.csv {
@@ -351,7 +373,10 @@ if options.csv {
     print("median of \(options.repetitions); each run in its own process; peak = that process's VmHWM")
 }
 do {
-    for comparison in comparisons where options.only == nil || options.only == comparison.workload {
+    for comparison in comparisons
+    where options.only == nil || options.only == comparison.workload
+        || (options.only == "recording" && comparison.workload.hasPrefix("rec-"))
+    {
         var sizes = comparison.workload == "tree" ? [11_111] : options.sizes
         if options.million && comparison.workload == "chain" { sizes.append(1_000_000) }
         for n in sizes {
@@ -387,6 +412,9 @@ do {
             let generated = "chain of N, made as it goes (addChain(first:next:)), caller keeps no array"
             rows.insert((generated, "baton-chain-generated", 1_000_000), at: 0)
             rows.insert(("chain of N from an array the caller drops", "baton-chain", 1_000_000), at: 1)
+            rows.insert(
+                ("the same, recorded by a FlightRecorder capped at 10,000", "baton-chain-recorded-cap-10000", 1_000_000),
+                at: 2)
         }
         for row in rows {
             let run = try measure(row.workload, n: row.n)

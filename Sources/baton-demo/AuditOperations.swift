@@ -134,6 +134,7 @@ final class ChecksumFile: ResultOperation<FileAudit>, @unchecked Sendable {
         self.relativePath = relativePath
         self.beforeRead = beforeRead
         super.init()
+        name = "read \(relativePath)"
     }
 
     override func execute() {

@@ -3,12 +3,15 @@ import Dispatch
 import Foundation
 
 let usage = """
-    usage: baton-demo [DIRECTORY] [--concurrency N] [--manifest FILE]
+    usage: baton-demo [DIRECTORY] [--concurrency N] [--manifest FILE] [--trace FILE] [--graph FILE]
 
     Reads every file under DIRECTORY (default: the current directory) in chunks of at most 1 MiB,
     N files at a time (default 4), checksums each (XXH64) and prints a summary.
       --concurrency N, -j N   how many operations run at once (at least 1)
       --manifest FILE         writes one line per file, sorted by path: checksum, size, path
+      --trace FILE            records the run and writes it as a Chrome trace (open it in Perfetto)
+      --graph FILE            records the run and writes its graph: Graphviz DOT, or Mermaid if FILE
+                              ends in .mmd (the most recent 100,000 operations of a larger run)
     Symbolic links are counted, not followed; hidden entries and special files are skipped.
     Exit status: 0 every file read, 1 some could not be read, 2 usage error, 130 interrupted.
     """
@@ -18,6 +21,8 @@ struct DemoOptions: Equatable {
     var directory = "."
     var concurrency = 4
     var manifest: String?
+    var trace: String?
+    var graph: String?
 
     /// Parses the arguments (without the program name); a usage error says what was wrong.
     static func parse(_ arguments: [String]) -> Result<DemoOptions?, UsageError> {
@@ -38,6 +43,11 @@ struct DemoOptions: Equatable {
                     return .failure(UsageError("--manifest needs a file name"))
                 }
                 options.manifest = file
+            case "--trace", "--graph":
+                guard let file = iterator.next(), !file.isEmpty else {
+                    return .failure(UsageError("\(argument) needs a file name"))
+                }
+                if argument == "--trace" { options.trace = file } else { options.graph = file }
             default:
                 if argument.hasPrefix("-") && argument != "-" { return .failure(UsageError("unknown option \(argument)")) }
                 if directory != nil { return .failure(UsageError("one directory only (got \(directory!) and \(argument))")) }
@@ -79,6 +89,8 @@ func runDemo(_ commandLine: [String], beforeRead: (@Sendable (ChecksumFile) -> V
 
     let audit = DirectoryAudit(root: options.directory, concurrency: options.concurrency, beforeRead: beforeRead)
     let tree = audit.makeTree()
+    let recorder = options.trace != nil || options.graph != nil ? FlightRecorder() : nil
+    recorder?.attach(to: tree)
     let started = DispatchTime.now()
     let done = DispatchSemaphore(value: 0)
     let ending = Ending()
@@ -135,6 +147,23 @@ func runDemo(_ commandLine: [String], beforeRead: (@Sendable (ChecksumFile) -> V
         } catch {
             standardError("baton-demo: cannot write the manifest \(manifest): \(error.localizedDescription)\n")
             status = 1
+        }
+    }
+    if let recorder {
+        let records = recorder.records
+        let dropped = recorder.droppedCount
+        print("Recorded: \(records.count) operations" + (dropped > 0 ? " (the \(dropped) oldest dropped)" : ""))
+        var exports: [(file: String, format: FlightRecorder.ExportFormat)] = []
+        if let trace = options.trace { exports.append((trace, .chromeTrace)) }
+        if let graph = options.graph { exports.append((graph, graph.hasSuffix(".mmd") ? .mermaid : .graphviz)) }
+        for export in exports {
+            do {
+                try recorder.write(export.format, to: URL(fileURLWithPath: export.file))
+                print("\(export.format == .chromeTrace ? "Trace" : "Graph"): \(export.file)")
+            } catch {
+                standardError("baton-demo: cannot write \(export.file): \(error.localizedDescription)\n")
+                status = 1
+            }
         }
     }
     if ending.outcome?.isCancelled == true {

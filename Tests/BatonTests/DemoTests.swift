@@ -73,6 +73,40 @@ final class DemoTests: BatonTestCase {
         XCTAssertEqual(String(first[0]), hex(hash.digest))
     }
 
+    func testTheTraceAndTheGraphDescribeEveryOperationOfTheAudit() throws {
+        // Written beside the audited folder, not in it.
+        let trace = URL(fileURLWithPath: directory.path + "-trace.json")
+        let graph = URL(fileURLWithPath: directory.path + "-graph.dot")
+        let mermaid = URL(fileURLWithPath: directory.path + "-graph.mmd")
+        defer { for file in [trace, graph, mermaid] { try? FileManager.default.removeItem(at: file) } }
+        XCTAssertEqual(runDemo(["baton-demo", directory.path, "--trace", trace.path, "--graph", graph.path]), 0)
+        XCTAssertEqual(runDemo(["baton-demo", directory.path, "--graph", mermaid.path]), 0)
+
+        // 4 listings and 20 reads, each a complete span, inside the tree's span.
+        let object = try JSONSerialization.jsonObject(with: Data(contentsOf: trace)) as? [String: Any]
+        let events = try XCTUnwrap(object?["traceEvents"] as? [[String: Any]])
+        let spans = events.filter { $0["ph"] as? String == "X" }
+        let names = spans.filter { $0["cat"] as? String == "operation" }.compactMap { $0["name"] as? String }
+        XCTAssertEqual(names.filter { $0.hasPrefix("ListDirectory") }.count, 4)
+        XCTAssertEqual(names.filter { $0.hasPrefix("ChecksumFile \"read ") }.count, 20)
+        let tree = try XCTUnwrap(spans.first { $0["cat"] as? String == "composite" })
+        let (treeStart, treeEnd) = (tree["ts"] as! Double, tree["ts"] as! Double + (tree["dur"] as! Double))
+        for span in spans {
+            let start = span["ts"] as! Double
+            XCTAssertTrue(treeStart <= start && start + (span["dur"] as! Double) <= treeEnd, "\(span)")
+        }
+
+        // One node per operation (the tree's own too); each listing links to what it found.
+        let dot = try String(contentsOf: graph, encoding: .utf8)
+        let lines = dot.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
+        XCTAssertEqual(lines.filter { $0.range(of: #"^n\d+ \["#, options: .regularExpression) != nil }.count, 25)
+        XCTAssertEqual(lines.filter { $0.contains(" -> ") && $0.contains(#"label="children""#) }.count, 3 + 20)
+        let flowchart = try String(contentsOf: mermaid, encoding: .utf8)
+        XCTAssertTrue(flowchart.hasPrefix("flowchart LR\n"), flowchart)
+        XCTAssertEqual(flowchart.split(separator: "\n").filter { $0.contains("-.->|children|") }.count, 23)
+        XCTAssertEqual(runDemo(["baton-demo", directory.path, "--trace"]), 2)
+    }
+
     func testAFileThatCannotBeReadIsReportedAndTheExitStatusSaysSo() throws {
         // The file vanishes between the listing and the read: a real failed open, even as root.
         let vanishing = directory.appendingPathComponent("a/file3.txt").path
