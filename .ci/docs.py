@@ -189,6 +189,7 @@ def check_pages(selected):
 
 LINK = re.compile(r"\]\(([A-Za-z]+)\.md(#[A-Za-z0-9-]+)?\)")
 IN_PAGE_LINK = re.compile(r"\]\((#[A-Za-z0-9-]+)\)")
+IMAGE_LINK = re.compile(r"\]\(Images/([A-Za-z0-9._-]+)\)")
 README_LINK = re.compile(r"\]\(\.\./README\.md(#[A-Za-z0-9-]+)?\)")
 FOOTER = "\n<!-- Generated from Docs/{name} by `python3 .ci/docs.py articles`: edit Docs/{name} instead. -->\n"
 
@@ -231,6 +232,14 @@ def article(name, text):
 
     text = IN_PAGE_LINK.sub(relink_in_page, text)
 
+    # Pictures live in Docs/Images; the catalog has copies in its Resources, named alike.
+    def reimage(match):
+        if not os.path.exists(os.path.join(DOCS, "Images", match.group(1))):
+            fail(f"Docs/{name}: a picture Images/{match.group(1)}, which is not in Docs/Images")
+        return f"]({match.group(1)})"
+
+    text = IMAGE_LINK.sub(reimage, text)
+
     # The README is not an article: its first screen and install text are the landing page's.
     text = README_LINK.sub("](doc:Baton)", text)
     if "](../" in text:
@@ -244,16 +253,33 @@ def articles(check):
         if file_name.endswith(".md"):
             with open(os.path.join(DOCS, file_name), encoding="utf-8") as file:
                 wanted[file_name] = article(file_name[:-3], file.read())
+    images_dir = os.path.join(DOCS, "Images")
+    images = sorted(os.listdir(images_dir)) if os.path.isdir(images_dir) else []
+    resources = os.path.join(CATALOG, "Resources")
+    present_images = set(os.listdir(resources)) if os.path.isdir(resources) else set()
+    stale_images = [image for image in sorted(present_images | set(images)) if image not in images
+                    or not os.path.exists(os.path.join(resources, image))
+                    or open(os.path.join(resources, image), "rb").read()
+                    != open(os.path.join(images_dir, image), "rb").read()]
     present = set(os.listdir(ARTICLES)) if os.path.isdir(ARTICLES) else set()
     stale = [name for name in sorted(present | set(wanted)) if name not in wanted
              or not os.path.exists(os.path.join(ARTICLES, name))
              or open(os.path.join(ARTICLES, name), encoding="utf-8").read() != wanted[name]]
     if check:
+        if stale_images:
+            fail("the catalog's Resources are not the pictures in Docs/Images: " + ", ".join(stale_images)
+                 + " (run `python3 .ci/docs.py articles`)")
         if stale:
             fail("the DocC articles are not those made from Docs/: " + ", ".join(stale)
                  + " (run `python3 .ci/docs.py articles`)")
         print(f"ok   {len(wanted)} DocC articles match Docs/")
         return
+    if images:
+        os.makedirs(resources, exist_ok=True)
+    for image in present_images - set(images):
+        os.remove(os.path.join(resources, image))
+    for image in images:
+        shutil.copyfile(os.path.join(images_dir, image), os.path.join(resources, image))
     os.makedirs(ARTICLES, exist_ok=True)
     for name in present - set(wanted):
         os.remove(os.path.join(ARTICLES, name))

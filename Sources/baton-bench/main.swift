@@ -280,7 +280,8 @@ let workloads: [String: Workload] = [
     "baton-chain-recorded": recorded(batonChain),
     "baton-group-recorded": recorded(batonGroup),
     "baton-sequence-recorded": recorded(batonSequence),
-    "baton-chain-recorded-cap-10000": recorded(batonChain, capacity: 10_000),
+    "baton-chain-generated-recorded-cap-10000": recorded(batonGeneratedChain, capacity: 10_000),
+    "baton-chain-generated-recorded-cap-100000": recorded(batonGeneratedChain, capacity: 100_000),
 ]
 
 // A child process runs one workload once and prints "seconds peak_mib": each measurement gets a
@@ -413,8 +414,11 @@ do {
             rows.insert((generated, "baton-chain-generated", 1_000_000), at: 0)
             rows.insert(("chain of N from an array the caller drops", "baton-chain", 1_000_000), at: 1)
             rows.insert(
-                ("the same, recorded by a FlightRecorder capped at 10,000", "baton-chain-recorded-cap-10000", 1_000_000),
-                at: 2)
+                ("the generated chain, recorded by a FlightRecorder capped at 10,000",
+                    "baton-chain-generated-recorded-cap-10000", 1_000_000), at: 1)
+            rows.insert(
+                ("the generated chain, recorded by a FlightRecorder capped at 100,000",
+                    "baton-chain-generated-recorded-cap-100000", 1_000_000), at: 2)
         }
         for row in rows {
             let run = try measure(row.workload, n: row.n)

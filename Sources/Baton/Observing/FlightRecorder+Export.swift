@@ -199,7 +199,7 @@ struct RecordStructure {
         }
         for lane in laneEnds.indices { track(Self.laneBase + lane, "composites and chains \(lane + 1)", sortIndex: lane) }
         for thread in Set(records.compactMap(\.thread)).sorted() {
-            track(thread, "thread \(thread)", sortIndex: laneEnds.count + thread)
+            track(Self.threadBase + thread, "thread \(thread)", sortIndex: laneEnds.count + thread)
         }
         if events.contains(where: { if case .skipped = $0.placement { return true } else { return false } }) {
             track(Self.laneBase - 1, "skipped at start", sortIndex: Self.laneBase)
@@ -208,7 +208,7 @@ struct RecordStructure {
             let record = event.record
             let tid: Int
             switch event.placement {
-            case .thread(let thread): tid = thread
+            case .thread(let thread): tid = Self.threadBase + thread
             case .lane: tid = Self.laneBase + (lanes[record.id] ?? 0)
             case .skipped: tid = Self.laneBase - 1
             }
@@ -223,6 +223,9 @@ struct RecordStructure {
         return #"{"displayTimeUnit":"ms","traceEvents":["# + "\n" + lines.joined(separator: ",\n") + "\n]}\n"
     }
 
+    /// Track ids: threads from `threadBase` (Perfetto calls the track whose id is the process's the
+    /// main thread), lanes of composites from `laneBase`.
+    static let threadBase = 1_000
     static let laneBase = 100_000
 
     private func category(_ record: FlightRecord) -> String {

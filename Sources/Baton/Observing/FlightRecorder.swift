@@ -69,7 +69,7 @@ public final class FlightRecorder: Sendable {
         }
     }
 
-    /// The capacity of a recorder made with ``init()``: 100,000 records (about 20 MB at most).
+    /// The capacity of a recorder made with ``init()``: 100,000 records (about 30 MB at most).
     public static let defaultCapacity = 100_000
 
     /// Creates a recorder that keeps the most recent ``defaultCapacity`` records.

@@ -70,10 +70,16 @@ enum RecordingRegistry {
     }
 }
 
-/// An operation's link to the recorder it records into.
-struct Recording: Sendable {
+/// An operation's link to the recorder it records into. A class, so that an operation that records
+/// nothing pays one pointer for it.
+final class Recording: Sendable {
     let recorder: FlightRecorder
     let id: Int
+
+    init(recorder: FlightRecorder, id: Int) {
+        self.recorder = recorder
+        self.id = id
+    }
 
     /// Records `child` as run by this record's operation (at `position`, after `predecessor`), as it is
     /// handed to a queue, and returns its record's id. A child already recording into this recorder is

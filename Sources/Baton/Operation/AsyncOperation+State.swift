@@ -69,6 +69,8 @@ extension AsyncOperation {
         var earlyOutcome: Outcome<(any Sendable)?>?
         /// Started while a dependency was unfinished: its edges are dropped when it finishes.
         var startedWhileNotReady = false
+        /// Created while some queue had a recorder: at start, look up the queue it starts on.
+        var looksUpQueueRecorder = false
         var policy: DependencyPolicy = .skipOnFailureOrCancellation
         var timeout: Duration?
         var upstreamError: (any Error)?
@@ -81,8 +83,6 @@ extension AsyncOperation {
         var notificationTap: (@Sendable (Notification) -> Void)?
         /// The recorder this operation records into, and its record.
         var recording: Recording?
-        /// Created while some queue had a recorder: at start, look up the queue it starts on.
-        var looksUpQueueRecorder = false
 
         /// Decides the outcome and collects what must be told about it, outside the lock.
         mutating func beginFinishing(_ outcome: Outcome<(any Sendable)?>, wasExecuting: Bool) -> FinishEffects {
