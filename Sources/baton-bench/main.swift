@@ -414,11 +414,15 @@ do {
             rows.insert((generated, "baton-chain-generated", 1_000_000), at: 0)
             rows.insert(("chain of N from an array the caller drops", "baton-chain", 1_000_000), at: 1)
             rows.insert(
-                ("the generated chain, recorded by a FlightRecorder capped at 10,000",
-                    "baton-chain-generated-recorded-cap-10000", 1_000_000), at: 1)
+                (
+                    "the generated chain, recorded by a FlightRecorder capped at 10,000",
+                    "baton-chain-generated-recorded-cap-10000", 1_000_000
+                ), at: 1)
             rows.insert(
-                ("the generated chain, recorded by a FlightRecorder capped at 100,000",
-                    "baton-chain-generated-recorded-cap-100000", 1_000_000), at: 2)
+                (
+                    "the generated chain, recorded by a FlightRecorder capped at 100,000",
+                    "baton-chain-generated-recorded-cap-100000", 1_000_000
+                ), at: 2)
         }
         for row in rows {
             let run = try measure(row.workload, n: row.n)

@@ -8,7 +8,9 @@ final class FlightRecorderTests: BatonTestCase {
     // MARK: - Helpers
 
     /// The trace's events, parsed.
-    private func traceEvents(_ recorder: FlightRecorder, file: StaticString = #filePath, line: UInt = #line) throws
+    private func traceEvents(
+        _ recorder: FlightRecorder, file: StaticString = #filePath, line: UInt = #line
+    ) throws
         -> [[String: Any]]
     {
         let data = Data(recorder.export(.chromeTrace).utf8)
@@ -150,7 +152,9 @@ final class FlightRecorderTests: BatonTestCase {
         let recorder = FlightRecorder()
         let manual = ManualOperation(name: "manual")
         let group = GroupOperation(
-            operations: [ImmediateOperation(.success(1), name: "done"), manual, ImmediateOperation(.success(3), name: "waiting")],
+            operations: [
+                ImmediateOperation(.success(1), name: "done"), manual, ImmediateOperation(.success(3), name: "waiting"),
+            ],
             maxConcurrentOperationCount: 1)
         group.name = "group"
         recorder.attach(to: group)

@@ -171,12 +171,16 @@ struct RecordStructure {
         for record in records {
             if record.kind == .operation && record.observesStart {
                 if let started = record.startedAt, let thread = record.thread {
-                    events.append(Event(record: record, start: started, end: max(started, record.finishedAt ?? exportedAt), placement: .thread(thread)))
+                    events.append(
+                        Event(
+                            record: record, start: started, end: max(started, record.finishedAt ?? exportedAt),
+                            placement: .thread(thread)))
                 } else if let finished = record.finishedAt {
                     events.append(Event(record: record, start: finished, end: nil, placement: .skipped))
                 }
             } else if let start = record.startedAt ?? (record.observesStart ? nil : record.enqueuedAt) {
-                events.append(Event(record: record, start: start, end: max(start, record.finishedAt ?? exportedAt), placement: .lane))
+                events.append(
+                    Event(record: record, start: start, end: max(start, record.finishedAt ?? exportedAt), placement: .lane))
             } else if let finished = record.finishedAt {
                 events.append(Event(record: record, start: finished, end: nil, placement: .skipped))
             }

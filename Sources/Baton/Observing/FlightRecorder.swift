@@ -52,7 +52,7 @@ public final class FlightRecorder: Sendable {
     private struct Storage {
         /// The records, in a ring: record `id` lives at `(id - 1) % capacity` until a newer one
         /// takes its place.
-        var ring: [FlightRecord] = []
+        var ring = Ring()
         var lastID = 0
         var dropped = 0
         var typeNames: [ObjectIdentifier: String] = [:]
@@ -152,8 +152,9 @@ public final class FlightRecorder: Sendable {
     public var records: [FlightRecord] {
         storage.withLock { storage in
             let split = storage.lastID % capacity
-            guard storage.ring.count == capacity, split != 0 else { return storage.ring }
-            return Array(storage.ring[split...] + storage.ring[..<split])
+            let all = storage.ring.all
+            guard all.count == capacity, split != 0 else { return all }
+            return Array(all[split...] + all[..<split])
         }
     }
 
@@ -200,9 +201,9 @@ public final class FlightRecorder: Sendable {
             record.observesStart = observesStart
             if let placement { record.place(placement) }
             if storage.ring.count < capacity {
-                storage.ring.append(record)
+                storage.ring.append(record, capacity: capacity)
             } else {
-                storage.ring[(record.id - 1) % capacity] = record
+                storage.ring.change((record.id - 1) % capacity) { $0 = record }
                 storage.dropped += 1
             }
             return record.id
@@ -213,8 +214,10 @@ public final class FlightRecorder: Sendable {
     private func update(_ id: Int, _ change: (inout FlightRecord) -> Void) {
         storage.withLock { storage in
             let slot = (id - 1) % capacity
-            guard slot < storage.ring.count, storage.ring[slot].id == id else { return }
-            change(&storage.ring[slot])
+            guard slot < storage.ring.count else { return }
+            storage.ring.change(slot) { record in
+                if record.id == id { change(&record) }
+            }
         }
     }
 
@@ -240,11 +243,10 @@ public final class FlightRecorder: Sendable {
                 storage.threads[thread] = number
             }
             let slot = (id - 1) % capacity
-            guard slot < storage.ring.count, storage.ring[slot].id == id else { return }
-            storage.ring[slot].startedAt = time
-            storage.ring[slot].thread = number
-            storage.ring[slot].status = .executing
-            storage.ring[slot].dependencyIDs = dependencies
+            guard slot < storage.ring.count else { return }
+            storage.ring.change(slot) { record in
+                Self.start(&record, id: id, at: time, thread: number, dependencies: dependencies)
+            }
         }
     }
 
@@ -256,6 +258,39 @@ public final class FlightRecorder: Sendable {
             record.status = status
             if let name { record.name = name }
         }
+    }
+
+    /// The records, in chunks: growing never copies the records already kept.
+    struct Ring {
+        private static let chunkSize = 4_096
+        private var chunks: [[FlightRecord]] = []
+        private(set) var count = 0
+
+        mutating func append(_ record: FlightRecord, capacity: Int) {
+            if chunks.last.map({ $0.count == Self.chunkSize }) ?? true {
+                chunks.append([])
+                chunks[chunks.count - 1].reserveCapacity(min(Self.chunkSize, capacity - count))
+            }
+            chunks[chunks.count - 1].append(record)
+            count += 1
+        }
+
+        mutating func change(_ slot: Int, _ body: (inout FlightRecord) -> Void) {
+            body(&chunks[slot / Self.chunkSize][slot % Self.chunkSize])
+        }
+
+        var all: [FlightRecord] { chunks.flatMap { $0 } }
+    }
+
+    /// One in-place change of a record (one access to the ring).
+    private static func start(
+        _ record: inout FlightRecord, id: Int, at time: Duration, thread: Int, dependencies: [Int]
+    ) {
+        guard record.id == id else { return }
+        record.startedAt = time
+        record.thread = thread
+        record.status = .executing
+        if !dependencies.isEmpty { record.dependencyIDs = dependencies }
     }
 
     private static func currentThreadKey() -> UInt {

@@ -74,7 +74,10 @@ enum RecordingRegistry {
 /// nothing pays one pointer for it.
 final class Recording: Sendable {
     let recorder: FlightRecorder
+    /// The record's id, or ``unregistered`` for an operation created under a global recorder that has
+    /// not been enqueued or started yet: its record is made then, once, with its place.
     let id: Int
+    static let unregistered = 0
 
     init(recorder: FlightRecorder, id: Int) {
         self.recorder = recorder
@@ -90,7 +93,9 @@ final class Recording: Sendable {
         attempt: Int? = nil
     ) -> Int? {
         var predecessorID: Int?
-        if let predecessor = (predecessor as? AsyncOperation)?.recording, predecessor.recorder === recorder {
+        if let predecessor = (predecessor as? AsyncOperation)?.recording, predecessor.recorder === recorder,
+            predecessor.id != Recording.unregistered
+        {
             predecessorID = predecessor.id
         }
         return adopt(
@@ -133,16 +138,30 @@ extension AsyncOperation {
     func record(into recorder: FlightRecorder, placement: FlightRecorder.Placement?, enqueued: Bool) -> Int? {
         if let existing = recording {
             guard existing.recorder === recorder else { return nil }
-            if let placement { recorder.place(existing.id, placement, enqueued: enqueued) }
-            return existing.id
+            if existing.id != Recording.unregistered {
+                if let placement { recorder.place(existing.id, placement, enqueued: enqueued) }
+                return existing.id
+            }
         }
         let id = recorder.register(
             kind: self is RecordedComposite ? .composite : .operation, type: recordedType, name: recordedName,
             placement: placement, enqueued: enqueued)
         // Attached from two threads at once, the first stays and the other record is never updated.
         return core.withLock { state in
-            if state.recording == nil { state.recording = Recording(recorder: recorder, id: id) }
+            if state.recording == nil
+                || (state.recording?.recorder === recorder && state.recording?.id == Recording.unregistered)
+            {
+                state.recording = Recording(recorder: recorder, id: id)
+            }
             return state.recording?.recorder === recorder ? state.recording?.id : nil
+        }
+    }
+
+    /// The recording at start or finish, registered now if it was not yet.
+    func registered(_ recording: Recording) -> Recording? {
+        guard recording.id == Recording.unregistered else { return recording }
+        return record(into: recording.recorder, placement: nil, enqueued: false).map {
+            Recording(recorder: recording.recorder, id: $0)
         }
     }
 
@@ -161,9 +180,9 @@ extension AsyncOperation {
         let dependencies = self.dependencies
         guard !dependencies.isEmpty else { return [] }
         return dependencies.compactMap { dependency in
-            guard let recording = (dependency as? AsyncOperation)?.recording, recording.recorder === recorder else {
-                return nil
-            }
+            guard let recording = (dependency as? AsyncOperation)?.recording, recording.recorder === recorder,
+                recording.id != Recording.unregistered
+            else { return nil }
             return recording.id
         }
     }

@@ -46,7 +46,10 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         serialNumber = creation.serial
         super.init()
         if creation.looksUpQueue { core.withLock { $0.looksUpQueueRecorder = true } }
-        if let global = creation.global { record(into: global, placement: nil, enqueued: false) }
+        // Registered when it is enqueued or starts: one record, made with its place.
+        if let global = creation.global {
+            core.withLock { $0.recording = Recording(recorder: global, id: Recording.unregistered) }
+        }
     }
 
     /// The type a record of this operation shows: a stand-in records as the operation it runs.
@@ -143,6 +146,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             return
         }
         if recording == nil && looksUpQueue { recording = recordingOfStartingQueue() }
+        if let unregistered = recording, unregistered.id == Recording.unregistered { recording = registered(unregistered) }
         let verdict = dependencyVerdict(policy)
         let ready = isReady
 
