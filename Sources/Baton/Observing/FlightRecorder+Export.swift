@@ -352,25 +352,14 @@ struct RecordStructure {
             return
                 #"\#(indent)n\#(record.id) [label=\#(dot(record.label + "\n" + summary(record)))\#(shape), fillcolor="\#(fill)"];"#
         }
-        walk(
-            roots: roots,
-            enter: { record, ancestors, _ in
-                let indent = String(repeating: "  ", count: ancestors.count + 1)
-                guard record.kind != .operation || children[record.id] != nil else {
-                    lines.append(node(record, indent: indent))
-                    return
-                }
+        walkGraph(
+            node: { record, indent in lines.append(node(record, indent: indent)) },
+            open: { record, indent in
                 lines.append("\(indent)subgraph cluster_\(record.id) {")
                 lines.append(
                     "\(indent)  label=\(dot(record.label + " · " + summary(record))); style=\"rounded\"; color=\"#607d8b\";")
-                if record.kind != .chain { lines.append(node(record, indent: indent + "  ")) }
             },
-            leave: { record in
-                if record.kind != .operation || children[record.id] != nil {
-                    let depth = ancestorsDepth(record)
-                    lines.append(String(repeating: "  ", count: depth + 1) + "}")
-                }
-            })
+            close: { indent in lines.append(indent + "}") })
         for edge in edges {
             if let link = edge.link {
                 lines.append(#"  n\#(edge.from) -> n\#(edge.to) [style=dashed, label="\#(linkName(link))"];"#)
@@ -382,15 +371,26 @@ struct RecordStructure {
         return lines.joined(separator: "\n") + "\n"
     }
 
-    /// How many kept ancestors a record has.
-    private func ancestorsDepth(_ record: FlightRecord) -> Int {
-        var depth = 0
-        var parent = record.parentID
-        while let id = parent, let next = byID[id] {
-            depth += 1
-            parent = next.parentID
-        }
-        return depth
+    /// Walks the forest for a graph, with each line's indent: `node` for an operation; for a
+    /// composite or a chain, `open` for its cluster, then (a composite's) `node`, its children, and
+    /// `close`.
+    private func walkGraph(
+        node: (FlightRecord, String) -> Void, open: (FlightRecord, String) -> Void, close: (String) -> Void
+    ) {
+        func isCluster(_ record: FlightRecord) -> Bool { record.kind != .operation || children[record.id] != nil }
+        var indents = [Int: String]()
+        walk(
+            roots: roots,
+            enter: { record, ancestors, _ in
+                let indent = String(repeating: "  ", count: ancestors.count + 1)
+                guard isCluster(record) else { return node(record, indent) }
+                indents[record.id] = indent
+                open(record, indent)
+                if record.kind != .chain { node(record, indent + "  ") }
+            },
+            leave: { record in
+                if isCluster(record) { close(indents.removeValue(forKey: record.id) ?? "  ") }
+            })
     }
 
     func mermaid() -> String {
@@ -402,23 +402,13 @@ struct RecordStructure {
             return record.kind == .composite
                 ? "\(indent)n\(record.id)[[\"\(text)\"]]" : "\(indent)n\(record.id)[\"\(text)\"]"
         }
-        walk(
-            roots: roots,
-            enter: { record, ancestors, _ in
-                let indent = String(repeating: "  ", count: ancestors.count + 1)
-                guard record.kind != .operation || children[record.id] != nil else {
-                    lines.append(node(record, indent: indent))
-                    return
-                }
+        walkGraph(
+            node: { record, indent in lines.append(node(record, indent: indent)) },
+            open: { record, indent in
                 let title = mermaidText(record.label + " · " + summary(record))
                 lines.append("\(indent)subgraph c\(record.id) [\"\(title)\"]")
-                if record.kind != .chain { lines.append(node(record, indent: indent + "  ")) }
             },
-            leave: { record in
-                if record.kind != .operation || children[record.id] != nil {
-                    lines.append(String(repeating: "  ", count: ancestorsDepth(record) + 1) + "end")
-                }
-            })
+            close: { indent in lines.append(indent + "end") })
         for edge in edges {
             if let link = edge.link {
                 lines.append("  n\(edge.from) -.->|\(linkName(link))| n\(edge.to)")
