@@ -109,6 +109,64 @@ final class FlightRecorderTests: BatonTestCase {
         XCTAssertEqual(counts.edges, 2)
     }
 
+    func testAChainOrSequenceEndingInAFoundationOperationFinishesAfterItsRecord() throws {
+        for _ in 0..<20 {
+            let recorder = FlightRecorder()
+            let operations: [Operation] = [ImmediateOperation(.success(1)), BlockOperation {}]
+            recorder.attach(to: operations)
+            try OperationQueue().addChain(operations).wait(timeout: .seconds(testTimeout))
+            let steps: [Operation] = [ImmediateOperation(.success(1)), BlockOperation {}]
+            let sequence = SequenceOperation<Int>(operations: steps)
+            recorder.attach(to: sequence)
+            XCTAssertThrowsError(try sequence.run(timeout: .seconds(testTimeout)))   // a Foundation step has no output
+            // Every record is finished when the waits return, and each parent finished after its children.
+            let records = recorder.records
+            XCTAssertEqual(records.count, 3 + 3)
+            let byID = Dictionary(uniqueKeysWithValues: records.map { ($0.id, $0) })
+            for record in records {
+                XCTAssertTrue(record.status.isFinished, "\(record.label) \(record.status)")
+                if let parent = record.parentID.flatMap({ byID[$0] }) {
+                    XCTAssertLessThanOrEqual(record.finishedAt!, parent.finishedAt!, "\(record.label)")
+                }
+            }
+        }
+    }
+
+    func testSpansOnOneTrackNeverOverlapWithoutNesting() throws {
+        let recorder = FlightRecorder()
+        let group = GroupOperation(operations: (0..<64).map { JitterOperation($0) }, maxConcurrentOperationCount: 2)
+        recorder.attach(to: group)
+        try group.run(timeout: .seconds(testTimeout))
+        var byTrack = [Int: [(Double, Double)]]()
+        for event in try traceEvents(recorder) where event["ph"] as? String == "X" {
+            let (start, duration) = (event["ts"] as! Double, event["dur"] as! Double)
+            byTrack[event["tid"] as! Int, default: []].append((start, start + duration))
+        }
+        for (track, spans) in byTrack {
+            for (index, first) in spans.enumerated() {
+                for second in spans[(index + 1)...] {
+                    let disjoint = first.1 <= second.0 || second.1 <= first.0
+                    let nested = (first.0 <= second.0 && second.1 <= first.1) || (second.0 <= first.0 && first.1 <= second.1)
+                    XCTAssertTrue(disjoint || nested, "track \(track): \(first) and \(second) overlap")
+                }
+            }
+        }
+    }
+
+    func testNamesAreEscapedInEveryExport() throws {
+        let recorder = FlightRecorder()
+        let odd = ImmediateOperation(.success(1), name: "q\"\u{301} back\\slash\nline\r\u{0}nul <&>")
+        recorder.attach(to: odd)
+        try odd.run(timeout: .seconds(testTimeout))
+        XCTAssertNoThrow(try traceEvents(recorder))
+        let dot = recorder.export(.graphviz)
+        XCTAssertTrue(dot.contains(#"q\"\#u{301} back\\slash\nline"#), dot)
+        XCTAssertFalse(dot.contains("\u{0}") || dot.contains("\r"), dot)
+        let mermaid = recorder.export(.mermaid)
+        XCTAssertTrue(mermaid.contains("q#quot;\u{301} back\\slash line"), mermaid)
+        XCTAssertFalse(mermaid.contains("\r"), mermaid)
+    }
+
     // MARK: - Graphs
 
     func testTheGraphHasOneNodePerOperationAndOneEdgePerDependencyOrLink() throws {

@@ -242,8 +242,10 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
     /// Enqueues a stage. A Foundation operation never waits in the (user's) queue itself: see
     /// `ForeignStageRunner`.
     private func enqueue(_ operation: Operation) {
-        operation.observeCompletion { self.stageFinished(operation) }
         let stage = operation is AsyncOperation ? operation : ForeignStageRunner(operation)
+        // A runner finishes after its Foundation operation: the chain goes on when both have (and a
+        // recorded runner's record is finished before the chain's).
+        stage.observeCompletion { self.stageFinished(operation) }
         if let recording { record(stage, in: recording) }
         queue.launch(stage)
     }

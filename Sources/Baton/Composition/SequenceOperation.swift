@@ -336,10 +336,11 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
             break
         case .launch(let next, let position, let recording)?:
             if let upstream { Handoff.pass(from: upstream, to: next, adapter: adapter) }
-            next.observeCompletion { self.advance(after: next) }
+            // Recorded first: a Foundation step's record is finished before the sequence hears of it.
             if let recording {
                 recording.adopt(next, position: position, after: upstream, link: upstream == nil ? nil : .step)
             }
+            next.observeCompletion { self.advance(after: next) }
             queue.launch(next)
         case .retire(let step, let ending)?:
             switch (step, ending) {

@@ -185,15 +185,25 @@ struct RecordStructure {
                 events.append(Event(record: record, start: finished, end: nil, placement: .skipped))
             }
         }
-        // Composites, chains and Foundation operations (whose thread is unknown) go on lanes of their
-        // own, packed so that spans on one lane never overlap: a lane's spans nest as they should.
+        // Spans are packed into lanes where they never overlap (a viewer nests the spans of one track):
+        // composites, chains and Foundation operations (whose thread is unknown) on lanes of their
+        // own; operations on their thread's lanes, a second lane when one started while the one
+        // before it on that thread was still running (an asynchronous operation frees its thread).
         var laneEnds = [Duration]()
         var lanes = [Int: Int]()
+        var threadLaneEnds = [Int: [Duration]]()
+        func pack(_ start: Duration, _ end: Duration, into ends: inout [Duration]) -> Int {
+            let lane = ends.firstIndex { $0 <= start } ?? ends.count
+            if lane == ends.count { ends.append(end) } else { ends[lane] = end }
+            return lane
+        }
         for event in events.sorted(by: { ($0.start, $0.record.id) < ($1.start, $1.record.id) }) {
-            guard case .lane = event.placement, let end = event.end else { continue }
-            let lane = laneEnds.firstIndex { $0 <= event.start } ?? laneEnds.count
-            if lane == laneEnds.count { laneEnds.append(end) } else { laneEnds[lane] = end }
-            lanes[event.record.id] = lane
+            guard let end = event.end else { continue }
+            switch event.placement {
+            case .lane: lanes[event.record.id] = pack(event.start, end, into: &laneEnds)
+            case .thread(let thread): lanes[event.record.id] = pack(event.start, end, into: &threadLaneEnds[thread, default: []])
+            case .skipped: break
+            }
         }
         var lines = [#"{"name":"process_name","ph":"M","pid":1,"tid":0,"args":{"name":"Baton"}}"#]
         func track(_ tid: Int, _ name: String, sortIndex: Int) {
@@ -202,8 +212,12 @@ struct RecordStructure {
                 #"{"name":"thread_sort_index","ph":"M","pid":1,"tid":\#(tid),"args":{"sort_index":\#(sortIndex)}}"#)
         }
         for lane in laneEnds.indices { track(Self.laneBase + lane, "composites and chains \(lane + 1)", sortIndex: lane) }
-        for thread in Set(records.compactMap(\.thread)).sorted() {
-            track(Self.threadBase + thread, "thread \(thread)", sortIndex: laneEnds.count + thread)
+        for (thread, ends) in threadLaneEnds.sorted(by: { $0.key < $1.key }) {
+            for lane in ends.indices {
+                track(
+                    Self.threadTrack(thread, lane), lane == 0 ? "thread \(thread)" : "thread \(thread), lane \(lane + 1)",
+                    sortIndex: Self.threadTrack(thread, lane))
+            }
         }
         if events.contains(where: { if case .skipped = $0.placement { return true } else { return false } }) {
             track(Self.laneBase - 1, "skipped at start", sortIndex: Self.laneBase)
@@ -212,7 +226,7 @@ struct RecordStructure {
             let record = event.record
             let tid: Int
             switch event.placement {
-            case .thread(let thread): tid = Self.threadBase + thread
+            case .thread(let thread): tid = Self.threadTrack(thread, lanes[record.id] ?? 0)
             case .lane: tid = Self.laneBase + (lanes[record.id] ?? 0)
             case .skipped: tid = Self.laneBase - 1
             }
@@ -227,10 +241,10 @@ struct RecordStructure {
         return #"{"displayTimeUnit":"ms","traceEvents":["# + "\n" + lines.joined(separator: ",\n") + "\n]}\n"
     }
 
-    /// Track ids: threads from `threadBase` (Perfetto calls the track whose id is the process's the
-    /// main thread), lanes of composites from `laneBase`.
-    static let threadBase = 1_000
-    static let laneBase = 100_000
+    /// Track ids: a thread's lanes from `1_000 × (thread + 1)` (Perfetto calls the track whose id is
+    /// the process's the main thread), lanes of composites and chains from `laneBase`.
+    static func threadTrack(_ thread: Int, _ lane: Int) -> Int { 1_000 * (thread + 1) + lane }
+    static let laneBase = 100_000_000
 
     private func category(_ record: FlightRecord) -> String {
         switch record.kind {
@@ -446,24 +460,34 @@ private func json(_ text: String) -> String {
 /// A Graphviz string literal (lines end with `\l`-free centred breaks).
 private func dot(_ text: String) -> String {
     var out = "\""
-    for character in text {
-        switch character {
+    for scalar in text.unicodeScalars {
+        switch scalar {
         case "\"": out += "\\\""
         case "\\": out += "\\\\"
         case "\n": out += "\\n"
-        default: out.append(character)
+        case "\r", "\0": break
+        default: out.unicodeScalars.append(scalar)
         }
     }
     return out + "\""
 }
 
-/// Text for a Mermaid label in double quotes.
+/// Text for a Mermaid label in double quotes: entities for what Mermaid reads as syntax, a space for
+/// a line break, nothing for other control characters.
 private func mermaidText(_ text: String) -> String {
-    text.replacingOccurrences(of: "&", with: "#amp;")
-        .replacingOccurrences(of: "\"", with: "#quot;")
-        .replacingOccurrences(of: "<", with: "#lt;")
-        .replacingOccurrences(of: ">", with: "#gt;")
-        .replacingOccurrences(of: "\n", with: " ")
+    var out = ""
+    for scalar in text.unicodeScalars {
+        switch scalar {
+        case "&": out += "#amp;"
+        case "\"": out += "#quot;"
+        case "<": out += "#lt;"
+        case ">": out += "#gt;"
+        case "\n", "\r": out += " "
+        case _ where scalar.value < 0x20: break
+        default: out.unicodeScalars.append(scalar)
+        }
+    }
+    return out
 }
 
 /// Microseconds, as Chrome's trace wants them.

@@ -29,13 +29,16 @@ import Musl
 ///   starts on the queue, and every chain added to it;
 /// - to the whole process with ``global``: every Baton operation created while it is set.
 ///
-/// An operation records into one recorder, the first that claimed it; the children of a recorded
-/// composite record into their parent's.
+/// An operation records into one recorder, the first that claims it: the global one when it is
+/// created, else the one attached to it, else its recorded composite's or chain's when that hands it to
+/// a queue, else its queue's when it starts. A chain records into its first operation's recorder, else
+/// its queue's, else the global one.
 ///
 /// ## Cost
-/// Nothing is recorded, and nothing is paid beyond a branch per operation, while no recorder is
-/// attached. Recording takes the recorder's lock three times per operation (when it is handed to a
-/// queue, when it starts and when it finishes).
+/// While no recorder is attached, nothing is recorded, and an operation pays a branch; a composite
+/// or a chain reads its own recorder once per launch (a chain also asks the registry of attached
+/// queues, once). Recording takes the recorder's lock about three times per operation (when it is
+/// handed to a queue, when it starts and when it finishes).
 ///
 /// ## Bounded
 /// The recorder keeps the most recent ``capacity`` records, by the order it first saw each operation:

@@ -53,9 +53,13 @@ enum RecordingRegistry {
         }
     }
 
-    /// The recorder attached to `queue`, if any.
+    /// The recorder attached to `queue`, if any. Entries of freed queues are dropped here (and on
+    /// attach), so that operations stop looking queues up once no recorded queue is left.
     static func recorder(for queue: OperationQueue) -> FlightRecorder? {
         shared.withLock { shared in
+            if shared.queues.values.contains(where: { $0.queue == nil }) {
+                shared.queues = shared.queues.filter { $0.value.queue != nil }
+            }
             guard let entry = shared.queues[ObjectIdentifier(queue)], entry.queue === queue else { return nil }
             return entry.recorder
         }
