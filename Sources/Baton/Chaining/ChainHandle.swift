@@ -243,15 +243,15 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
     /// `ForeignStageRunner`.
     private func enqueue(_ operation: Operation) {
         let stage = operation is AsyncOperation ? operation : ForeignStageRunner(operation)
-        // A runner finishes after its Foundation operation: the chain goes on when both have (and a
-        // recorded runner's record is finished before the chain's).
-        stage.observeCompletion { self.stageFinished(operation) }
-        if let recording { record(stage, in: recording) }
+        // Recorded first: a Foundation stage's record is finished before the chain hears of it.
+        if let recording { record(stage, running: operation, in: recording) }
+        operation.observeCompletion { self.stageFinished(operation) }
         queue.launch(stage)
     }
 
-    /// Records a stage at its position, linked to the stage before it by the adapter.
-    private func record(_ stage: Operation, in recording: Recording) {
+    /// Records a stage at its position, linked to the stage before it by the adapter. A Foundation
+    /// operation's runner is recorded as the operation, finished when the operation is.
+    private func record(_ stage: Operation, running operation: Operation, in recording: Recording) {
         let (position, predecessor) = state.withLock { state in
             defer { state.recordedStages += 1 }
             return (state.recordedStages, state.lastRecordedStage)
@@ -262,6 +262,12 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
                 parent: recording.id, position: position, predecessor: predecessor,
                 link: predecessor == nil ? nil : .adapter))
         state.withLock { $0.lastRecordedStage = id }
+        if let id, stage !== operation {
+            let recorder = recording.recorder
+            operation.observeCompletionOnce { [weak operation] in
+                recorder.finished(id, status: operation?.isCancelled == true ? .cancelled : .succeeded, name: nil)
+            }
+        }
     }
 
     /// An operation finished: it is handed on by the one thread that drives the chain. A stage that

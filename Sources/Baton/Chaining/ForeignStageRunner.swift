@@ -36,6 +36,9 @@ final class ForeignStageRunner: AsyncOperation, @unchecked Sendable {
 
     override var recordedType: Any.Type { type(of: stage) }
     override var recordedName: String? { stage.name }
+    /// The chain finishes the runner's record when the Foundation operation finishes, before the chain
+    /// goes on; the runner's own finish comes later.
+    override var recordsItsFinish: Bool { false }
 
     override var cancellationTarget: Operation? {
         stage

@@ -146,7 +146,7 @@ extension AsyncOperation {
             if effects.dropsUnfinishedDependencies { dropUnfinishedDependencies() }
 
             let (hooks, tap, recording) = core.withLock { $0.commitFinished() }
-            if let recording = recording.flatMap(registered) {
+            if let recording = recording.flatMap(registered), recordsItsFinish {
                 recording.recorder.finished(recording.id, status: FlightRecord.Status(effects.outcome), name: recordedName)
             }
             if effects.wasExecuting { announce(.willChange(Self.isExecutingKey), tap) }

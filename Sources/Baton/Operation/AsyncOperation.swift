@@ -54,6 +54,9 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
 
     /// The type a record of this operation shows: a stand-in records as the operation it runs.
     var recordedType: Any.Type { type(of: self) }
+    /// Whether this operation's finish ends its record (a chain's stand-in for a Foundation operation
+    /// has it ended when that operation finishes).
+    var recordsItsFinish: Bool { true }
     /// The name a record of this operation shows.
     var recordedName: String? { name }
 
