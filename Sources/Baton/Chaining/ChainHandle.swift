@@ -117,7 +117,7 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
         self.state = Mutex(State(source: source))
         self.finished.enter()
         let recorder =
-            (first as? AsyncOperation)?.recording?.recorder ?? RecordingRegistry.recorder(forChainOn: queue)
+            (first as? AsyncOperation)?.recorderLink.recorder ?? RecordingRegistry.recorder(forChainOn: queue)
         if let recorder {
             let id = recorder.register(kind: .chain, type: Self.self, name: nil, placement: nil, enqueued: false)
             recorder.started(id, dependencies: [])

@@ -155,7 +155,7 @@ struct RecordStructure {
     // MARK: - Chrome trace
 
     func chromeTrace() -> String {
-        enum Placement {
+        enum Track {
             case thread(Int)
             case lane
             case skipped
@@ -165,7 +165,7 @@ struct RecordStructure {
             let start: Duration
             /// `nil` for an instant event.
             let end: Duration?
-            let placement: Placement
+            let track: Track
         }
         var events = [Event]()
         for record in records {
@@ -174,15 +174,15 @@ struct RecordStructure {
                     events.append(
                         Event(
                             record: record, start: started, end: max(started, record.finishedAt ?? exportedAt),
-                            placement: .thread(thread)))
+                            track: .thread(thread)))
                 } else if let finished = record.finishedAt {
-                    events.append(Event(record: record, start: finished, end: nil, placement: .skipped))
+                    events.append(Event(record: record, start: finished, end: nil, track: .skipped))
                 }
             } else if let start = record.startedAt ?? (record.observesStart ? nil : record.enqueuedAt) {
                 events.append(
-                    Event(record: record, start: start, end: max(start, record.finishedAt ?? exportedAt), placement: .lane))
+                    Event(record: record, start: start, end: max(start, record.finishedAt ?? exportedAt), track: .lane))
             } else if let finished = record.finishedAt {
-                events.append(Event(record: record, start: finished, end: nil, placement: .skipped))
+                events.append(Event(record: record, start: finished, end: nil, track: .skipped))
             }
         }
         // Spans are packed into lanes where they never overlap (a viewer nests the spans of one track):
@@ -199,7 +199,7 @@ struct RecordStructure {
         }
         for event in events.sorted(by: { ($0.start, $0.record.id) < ($1.start, $1.record.id) }) {
             guard let end = event.end else { continue }
-            switch event.placement {
+            switch event.track {
             case .lane: lanes[event.record.id] = pack(event.start, end, into: &laneEnds)
             case .thread(let thread): lanes[event.record.id] = pack(event.start, end, into: &threadLaneEnds[thread, default: []])
             case .skipped: break
@@ -219,13 +219,13 @@ struct RecordStructure {
                     sortIndex: Self.threadTrack(thread, lane))
             }
         }
-        if events.contains(where: { if case .skipped = $0.placement { return true } else { return false } }) {
+        if events.contains(where: { if case .skipped = $0.track { return true } else { return false } }) {
             track(Self.laneBase - 1, "skipped at start", sortIndex: Self.laneBase)
         }
         for event in events {
             let record = event.record
             let tid: Int
-            switch event.placement {
+            switch event.track {
             case .thread(let thread): tid = Self.threadTrack(thread, lanes[record.id] ?? 0)
             case .lane: tid = Self.laneBase + (lanes[record.id] ?? 0)
             case .skipped: tid = Self.laneBase - 1
@@ -440,54 +440,59 @@ struct RecordStructure {
 
 // MARK: - Escaping
 
-/// A JSON string literal.
-private func json(_ text: String) -> String {
-    var out = "\""
+/// `text` with each scalar `replacement` has an answer for replaced by it (an empty string drops it).
+private func escaping(_ text: String, _ replacement: (Unicode.Scalar) -> String?) -> String {
+    var out = ""
     for scalar in text.unicodeScalars {
-        switch scalar {
-        case "\"": out += "\\\""
-        case "\\": out += "\\\\"
-        case "\n": out += "\\n"
-        case "\r": out += "\\r"
-        case "\t": out += "\\t"
-        case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
-        default: out.unicodeScalars.append(scalar)
-        }
+        if let replaced = replacement(scalar) { out += replaced } else { out.unicodeScalars.append(scalar) }
     }
-    return out + "\""
+    return out
 }
 
-/// A Graphviz string literal (lines end with `\l`-free centred breaks).
-private func dot(_ text: String) -> String {
-    var out = "\""
-    for scalar in text.unicodeScalars {
+/// A JSON string literal.
+private func json(_ text: String) -> String {
+    let body = escaping(text) { scalar in
         switch scalar {
-        case "\"": out += "\\\""
-        case "\\": out += "\\\\"
-        case "\n": out += "\\n"
-        case "\r", "\0": break
-        default: out.unicodeScalars.append(scalar)
+        case "\"": return "\\\""
+        case "\\": return "\\\\"
+        case "\n": return "\\n"
+        case "\r": return "\\r"
+        case "\t": return "\\t"
+        case _ where scalar.value < 0x20: return String(format: "\\u%04x", scalar.value)
+        default: return nil
         }
     }
-    return out + "\""
+    return "\"" + body + "\""
+}
+
+/// A Graphviz string literal (a line break is a centred `\n`).
+private func dot(_ text: String) -> String {
+    let body = escaping(text) { scalar in
+        switch scalar {
+        case "\"": return "\\\""
+        case "\\": return "\\\\"
+        case "\n": return "\\n"
+        case "\r", "\0": return ""
+        default: return nil
+        }
+    }
+    return "\"" + body + "\""
 }
 
 /// Text for a Mermaid label in double quotes: entities for what Mermaid reads as syntax, a space for
 /// a line break, nothing for other control characters.
 private func mermaidText(_ text: String) -> String {
-    var out = ""
-    for scalar in text.unicodeScalars {
+    escaping(text) { scalar in
         switch scalar {
-        case "&": out += "#amp;"
-        case "\"": out += "#quot;"
-        case "<": out += "#lt;"
-        case ">": out += "#gt;"
-        case "\n", "\r": out += " "
-        case _ where scalar.value < 0x20: break
-        default: out.unicodeScalars.append(scalar)
+        case "&": return "#amp;"
+        case "\"": return "#quot;"
+        case "<": return "#lt;"
+        case ">": return "#gt;"
+        case "\n", "\r": return " "
+        case _ where scalar.value < 0x20: return ""
+        default: return nil
         }
     }
-    return out
 }
 
 /// Microseconds, as Chrome's trace wants them.

@@ -78,10 +78,7 @@ enum RecordingRegistry {
 /// nothing pays one pointer for it.
 final class Recording: Sendable {
     let recorder: FlightRecorder
-    /// The record's id, or ``unregistered`` for an operation created under a global recorder that has
-    /// not been enqueued or started yet: its record is made then, once, with its place.
     let id: Int
-    static let unregistered = 0
 
     init(recorder: FlightRecorder, id: Int) {
         self.recorder = recorder
@@ -97,9 +94,7 @@ final class Recording: Sendable {
         attempt: Int? = nil
     ) -> Int? {
         var predecessorID: Int?
-        if let predecessor = (predecessor as? AsyncOperation)?.recording, predecessor.recorder === recorder,
-            predecessor.id != Recording.unregistered
-        {
+        if let predecessor = (predecessor as? AsyncOperation)?.recording, predecessor.recorder === recorder {
             predecessorID = predecessor.id
         }
         return adopt(
@@ -112,7 +107,7 @@ final class Recording: Sendable {
     @discardableResult
     func adopt(_ child: Operation, _ placement: FlightRecorder.Placement) -> Int? {
         if let baton = child as? AsyncOperation {
-            return baton.record(into: recorder, placement: placement, enqueued: true)
+            return baton.record(into: recorder, placement: placement, enqueued: true)?.id
         }
         // A Foundation operation: its start cannot be seen, its finish can.
         let id = recorder.register(
@@ -129,64 +124,106 @@ final class Recording: Sendable {
 /// A Baton operation that runs children: recorded as ``FlightRecord/Kind/composite``.
 protocol RecordedComposite: AnyObject {}
 
-extension AsyncOperation {
-    /// The recording this operation records into, if any.
-    var recording: Recording? {
-        core.withLock { $0.recording }
+/// How an operation records: one state, in the operation's state behind its lock.
+enum RecorderLink: Sendable {
+    /// Not recorded.
+    case none
+    /// Created while some queue had a recorder: at start, it records into its queue's, if that has one.
+    case queueLookup
+    /// Claimed by the global recorder at creation: the record is made when the operation is enqueued
+    /// or starts, once, with its place.
+    case claimed(FlightRecorder)
+    /// Recorded.
+    case recorded(Recording)
+
+    /// The recorder the operation records into, once it has a record or will have one.
+    var recorder: FlightRecorder? {
+        switch self {
+        case .none, .queueLookup: return nil
+        case .claimed(let recorder): return recorder
+        case .recorded(let recording): return recording.recorder
+        }
     }
 
-    /// Makes this operation record into `recorder` (placed by `placement`), unless it already records
-    /// somewhere; an operation already recording into `recorder` is placed. Returns the record's id in
-    /// `recorder`, or `nil` when the operation records into another one.
+    /// The operation's record, if it has one.
+    var recording: Recording? {
+        if case .recorded(let recording) = self { return recording }
+        return nil
+    }
+}
+
+extension AsyncOperation {
+    /// How this operation records.
+    var recorderLink: RecorderLink {
+        core.withLock { $0.recorderLink }
+    }
+
+    /// The record this operation has, if any.
+    var recording: Recording? {
+        recorderLink.recording
+    }
+
+    /// Makes this operation record into `recorder` (placed by `placement`), unless another recorder
+    /// has it; an operation that already has a record in `recorder` is placed. Returns its record in
+    /// `recorder`, or `nil` when another recorder has it.
     @discardableResult
-    func record(into recorder: FlightRecorder, placement: FlightRecorder.Placement?, enqueued: Bool) -> Int? {
-        if let existing = recording {
+    func record(into recorder: FlightRecorder, placement: FlightRecorder.Placement?, enqueued: Bool) -> Recording? {
+        switch recorderLink {
+        case .recorded(let existing):
             guard existing.recorder === recorder else { return nil }
-            if existing.id != Recording.unregistered {
-                if let placement { recorder.place(existing.id, placement, enqueued: enqueued) }
-                return existing.id
-            }
+            if let placement { recorder.place(existing.id, placement, enqueued: enqueued) }
+            return existing
+        case .claimed(let other) where other !== recorder:
+            return nil
+        case .none, .queueLookup, .claimed:
+            break
         }
-        let id = recorder.register(
-            kind: self is RecordedComposite ? .composite : .operation, type: recordedType, name: recordedName,
-            placement: placement, enqueued: enqueued)
+        let made = Recording(
+            recorder: recorder,
+            id: recorder.register(
+                kind: self is RecordedComposite ? .composite : .operation, type: recordedType, name: recordedName,
+                placement: placement, enqueued: enqueued))
         // Attached from two threads at once, the first stays and the other record is never updated.
         return core.withLock { state in
-            if state.recording == nil
-                || (state.recording?.recorder === recorder && state.recording?.id == Recording.unregistered)
-            {
-                state.recording = Recording(recorder: recorder, id: id)
+            switch state.recorderLink {
+            case .recorded(let existing):
+                return existing.recorder === recorder ? existing : nil
+            case .claimed(let other) where other !== recorder:
+                return nil
+            case .none, .queueLookup, .claimed:
+                state.recorderLink = .recorded(made)
+                return made
             }
-            return state.recording?.recorder === recorder ? state.recording?.id : nil
         }
     }
 
-    /// The recording at start or finish, registered now if it was not yet.
-    func registered(_ recording: Recording) -> Recording? {
-        guard recording.id == Recording.unregistered else { return recording }
-        return record(into: recording.recorder, placement: nil, enqueued: false).map {
-            Recording(recorder: recording.recorder, id: $0)
-        }
-    }
-
-    /// At start, for an operation created while some queue had a recorder: records into the recorder
-    /// of the queue it starts on, if that has one.
-    func recordingOfStartingQueue() -> Recording? {
-        guard let queue = OperationQueue.current, let recorder = RecordingRegistry.recorder(for: queue) else {
+    /// The record of an operation that starts (or finishes without having started): made now for one
+    /// claimed at creation, or, when `startingOnQueue`, for one created while some queue had a
+    /// recorder and starting on that queue.
+    func recording(resolving link: RecorderLink, startingOnQueue: Bool) -> Recording? {
+        switch link {
+        case .none:
             return nil
+        case .recorded(let recording):
+            return recording
+        case .claimed(let recorder):
+            return record(into: recorder, placement: nil, enqueued: false)
+        case .queueLookup:
+            guard startingOnQueue, let queue = OperationQueue.current,
+                let recorder = RecordingRegistry.recorder(for: queue)
+            else { return nil }
+            return record(into: recorder, placement: nil, enqueued: false)
         }
-        guard let id = record(into: recorder, placement: nil, enqueued: false) else { return recording }
-        return Recording(recorder: recorder, id: id)
     }
 
-    /// The recorded operations of `recording`'s recorder this operation depends on.
+    /// The recorded operations of `recorder` this operation depends on.
     func recordedDependencies(in recorder: FlightRecorder) -> [Int] {
         let dependencies = self.dependencies
         guard !dependencies.isEmpty else { return [] }
         return dependencies.compactMap { dependency in
-            guard let recording = (dependency as? AsyncOperation)?.recording, recording.recorder === recorder,
-                recording.id != Recording.unregistered
-            else { return nil }
+            guard let recording = (dependency as? AsyncOperation)?.recording, recording.recorder === recorder else {
+                return nil
+            }
             return recording.id
         }
     }

@@ -69,8 +69,6 @@ extension AsyncOperation {
         var earlyOutcome: Outcome<(any Sendable)?>?
         /// Started while a dependency was unfinished: its edges are dropped when it finishes.
         var startedWhileNotReady = false
-        /// Created while some queue had a recorder: at start, look up the queue it starts on.
-        var looksUpQueueRecorder = false
         var policy: DependencyPolicy = .skipOnFailureOrCancellation
         var timeout: Duration?
         var upstreamError: (any Error)?
@@ -81,8 +79,8 @@ extension AsyncOperation {
         /// Internal hooks that run after `isFinished` has been announced.
         var finishedHooks: [@Sendable () -> Void] = []
         var notificationTap: (@Sendable (Notification) -> Void)?
-        /// The recorder this operation records into, and its record.
-        var recording: Recording?
+        /// How the operation records (usually not at all).
+        var recorderLink = RecorderLink.none
 
         /// Decides the outcome and collects what must be told about it, outside the lock.
         mutating func beginFinishing(_ outcome: Outcome<(any Sendable)?>, wasExecuting: Bool) -> FinishEffects {
@@ -102,13 +100,13 @@ extension AsyncOperation {
 
         /// Marks the operation finished and hands back what runs after the announcement.
         mutating func commitFinished() -> (
-            hooks: [@Sendable () -> Void], tap: (@Sendable (Notification) -> Void)?, recording: Recording?
+            hooks: [@Sendable () -> Void], tap: (@Sendable (Notification) -> Void)?, recorderLink: RecorderLink
         ) {
             phase = .finished
             delegate = nil
             let hooks = finishedHooks
             finishedHooks = []
-            return (hooks, notificationTap, recording)
+            return (hooks, notificationTap, recorderLink)
         }
     }
 
@@ -145,8 +143,8 @@ extension AsyncOperation {
             for observer in effects.observers { observer(effects.outcome) }
             if effects.dropsUnfinishedDependencies { dropUnfinishedDependencies() }
 
-            let (hooks, tap, recording) = core.withLock { $0.commitFinished() }
-            if let recording = recording.flatMap(registered), recordsItsFinish {
+            let (hooks, tap, link) = core.withLock { $0.commitFinished() }
+            if let recording = recording(resolving: link, startingOnQueue: false), recordsItsFinish {
                 recording.recorder.finished(recording.id, status: FlightRecord.Status(effects.outcome), name: recordedName)
             }
             if effects.wasExecuting { announce(.willChange(Self.isExecutingKey), tap) }

@@ -45,10 +45,11 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         let creation = RecordingRegistry.creation()
         serialNumber = creation.serial
         super.init()
-        if creation.looksUpQueue { core.withLock { $0.looksUpQueueRecorder = true } }
-        // Registered when it is enqueued or starts: one record, made with its place.
+        // Its record is made when it is enqueued or starts: one record, made with its place.
         if let global = creation.global {
-            core.withLock { $0.recording = Recording(recorder: global, id: Recording.unregistered) }
+            core.withLock { $0.recorderLink = .claimed(global) }
+        } else if creation.looksUpQueue {
+            core.withLock { $0.recorderLink = .queueLookup }
         }
     }
 
@@ -141,15 +142,12 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     /// ``Diagnostic/Kind/startedWhileClaimed`` and does nothing: Baton starts it. Started
     /// before its dependencies finished, it reports ``Diagnostic/Kind/startedWhileNotReady`` and runs.
     public final override func start() {
-        var (policy, custody, recording, looksUpQueue) = core.withLock {
-            ($0.policy, $0.custody, $0.recording, $0.looksUpQueueRecorder)
-        }
+        let (policy, custody, link) = core.withLock { ($0.policy, $0.custody, $0.recorderLink) }
         guard custody.allowsStart else {
             Diagnostics.report(.startedWhileClaimed, self)
             return
         }
-        if recording == nil && looksUpQueue { recording = recordingOfStartingQueue() }
-        if let unregistered = recording, unregistered.id == Recording.unregistered { recording = registered(unregistered) }
+        let recording = recording(resolving: link, startingOnQueue: true)
         let verdict = dependencyVerdict(policy)
         let ready = isReady
 
