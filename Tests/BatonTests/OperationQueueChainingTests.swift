@@ -463,9 +463,9 @@ final class OperationQueueChainingTests: BatonTestCase {
             for _ in 1..<count { operations.append(AsyncBlockOperation { $0.finish() }) }
             handle = try OperationQueue().addChain(operations)
         }
-        XCTAssertTrue(try handle?.waitToOutcome(timeout: 300).isSuccess == true)
+        XCTAssertTrue(try handle?.waitToOutcome(timeout: bulkTimeout).isSuccess == true)
         handle = nil
-        freed.wait()
+        freed.wait(timeout: bulkTimeout)
     }
 
     func testChainedOperationsAreFreedAfterTheChain() throws {

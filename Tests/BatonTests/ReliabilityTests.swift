@@ -118,7 +118,7 @@ final class ReliabilityTests: BatonTestCase {
                 ran.increment()
                 $0.finish()
             })
-        XCTAssertEqual(describe(finished(outer).outcome), "succeeded(())")
+        XCTAssertEqual(describe(finished(outer, timeout: bulkTimeout).outcome), "succeeded(())")
         XCTAssertEqual(ran.value, 1)
 
         let cancelled = makeNest(
@@ -127,12 +127,12 @@ final class ReliabilityTests: BatonTestCase {
                 $0.finish()
             })
         cancelled.cancel()
-        XCTAssertEqual(describe(finished(cancelled).outcome), "cancelled")
+        XCTAssertEqual(describe(finished(cancelled, timeout: bulkTimeout).outcome), "cancelled")
         XCTAssertEqual(ran.value, 1)
 
         let freed = Gate()
         inScope { _ = makeNest(TrackedOperation(freed: freed)) }
-        freed.wait()
+        freed.wait(timeout: bulkTimeout)
     }
 
     func testOneHundredThousandNestedGroupsRunCancelAndFree() {
@@ -148,9 +148,9 @@ final class ReliabilityTests: BatonTestCase {
         let outer = nestedGroups(depth: Self.nestingDepth, leaf: leaf)
         let queue = OperationQueue()
         queue.addOperation(outer)
-        leaf.started.wait()
+        leaf.started.wait(timeout: bulkTimeout)
         outer.cancel()
-        waitFinished(outer)
+        waitFinished(outer, timeout: bulkTimeout)
         XCTAssertEqual(describe(outer.outcome), "cancelled")
         XCTAssertEqual(describe(leaf.outcome), "cancelled")
     }

@@ -111,11 +111,11 @@ final class StressTests: BatonTestCase {
 
             let drained = Gate()
             queue.addBarrierBlock { drained.open() }
-            drained.wait(timeout: 120)
+            drained.wait(timeout: bulkTimeout)
         }
 
         for handle in handles {
-            XCTAssertNoThrow(try handle.waitToOutcome(timeout: 60), context)
+            XCTAssertNoThrow(try handle.waitToOutcome(timeout: bulkTimeout), context)
         }
         XCTAssertTrue(everything.allSatisfy(\.isFinished), "\(context): an operation never finished")
         let counts = operations.map { $0.outcomes.value }

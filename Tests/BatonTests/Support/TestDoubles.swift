@@ -4,8 +4,15 @@ import XCTest
 
 @testable import Baton
 
-/// The longest any test waits for anything: a bug fails the test, it never hangs CI.
+/// The longest a test waits for a small piece of work (a few operations): a bug fails the test, it
+/// never hangs CI. A hang guard, not a speed check.
 let testTimeout: Double = 20
+
+/// The hang guard of a wait on bulk work (10⁵ nested composites, 10⁵-stage chains): as long as the
+/// watchdog lets a test run, less a margin so that the wait fails with its own message first. Such work
+/// takes seconds in a debug build and up to ten times longer under ThreadSanitizer on a busy 2-core
+/// machine, so a fixed 20 s would be a speed check, which no test may contain.
+let bulkTimeout: Double = Watchdog.limit * 0.9
 
 /// A one-shot signal with a bounded wait.
 final class Gate: Sendable {
@@ -167,13 +174,13 @@ final class JitterOperation: ResultOperation<Int>, @unchecked Sendable {
 /// Runs `body` with the operation after it has finished (bounded).
 @discardableResult
 func finished<T: AsyncOperation>(
-    _ operation: T, on queue: OperationQueue = OperationQueue(),
+    _ operation: T, on queue: OperationQueue = OperationQueue(), timeout: Double = testTimeout,
     file: StaticString = #filePath, line: UInt = #line
 ) -> T {
     let done = Gate()
     operation.whenFinished { done.open() }
     queue.addOperation(operation)
-    done.wait(file: file, line: line)
+    done.wait(timeout: timeout, file: file, line: line)
     return operation
 }
 
