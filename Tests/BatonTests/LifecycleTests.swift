@@ -137,9 +137,9 @@ final class LifecycleTests: BatonTestCase {
 
     func testAClaimTakesAnUnclaimedPendingOperationOnce() throws {
         let operation = ImmediateOperation(.success(1), name: "taken")
-        XCTAssertEqual(operation.core.withLock { $0.custody }, .unclaimed)
+        XCTAssertEqual(operation.core.withLock { $0.life.custody }, .unclaimed)
         try operation.claim()
-        XCTAssertEqual(operation.core.withLock { $0.custody }, .claimed)
+        XCTAssertEqual(operation.core.withLock { $0.life.custody }, .claimed)
         XCTAssertThrowsError(try operation.claim()) { error in
             guard case BatonError.alreadyEnqueued("taken")? = error as? BatonError else { return XCTFail("\(error)") }
         }
@@ -180,7 +180,8 @@ final class LifecycleTests: BatonTestCase {
         let operation = ImmediateOperation(.success(1))
         try operation.claim()
         queue.launch([operation])
-        XCTAssertEqual(operation.core.withLock { $0.custody }, .enqueued(queue: ObjectIdentifier(queue), onMainThread: false))
+        XCTAssertEqual(
+            operation.core.withLock { $0.life.custody }, .enqueued(.init(queue: ObjectIdentifier(queue), onMainThread: false)))
         queue.isSuspended = false
         waitFinished(operation)
         XCTAssertEqual(operation.executions.value, 1)
@@ -193,7 +194,7 @@ final class LifecycleTests: BatonTestCase {
         try operation.claim()
         operation.cancel()
         queue.launch([operation])
-        XCTAssertEqual(operation.core.withLock { $0.custody }, .direct)
+        XCTAssertEqual(operation.core.withLock { $0.life.custody }, .direct)
         XCTAssertTrue(operation.isFinished, "started on the launching thread, never through the suspended queue")
         XCTAssertEqual(queue.operationCount, 0)
     }

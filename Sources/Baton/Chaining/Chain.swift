@@ -61,8 +61,15 @@ public struct Chain<Output: Sendable> {
     @available(*, noasync, message: "use 'try await run(on:)' in async code")
     @discardableResult
     public func run(on queue: OperationQueue = OperationQueue(), timeout: Duration) throws -> Output {
-        if let reason = queue.deadlockReasonForBlockingWait, let first = operations.first {
-            throw BatonError.wouldDeadlock(operation: first.reference, reason: reason)
+        // Every argument is checked before anything is enqueued.
+        if let first = operations.first {
+            if let reason = queue.deadlockReason(blocking: true) {
+                throw BatonError.wouldDeadlock(operation: first.reference, reason: reason)
+            }
+            if timeout < .zero {
+                throw BatonError.invalidArgument(
+                    operation: first.reference, reason: "a wait's timeout must not be negative, got \(timeout)")
+            }
         }
         let handle = try queue.addChain(self)
         do {
@@ -82,6 +89,9 @@ public struct Chain<Output: Sendable> {
     ///   error, or `CancellationError` if it was cancelled.
     @discardableResult
     public func run(on queue: OperationQueue = OperationQueue()) async throws -> Output {
-        try await queue.addChain(self).waitSuspending(cancellingOnTaskCancellation: true).get()
+        if let first = operations.first, let reason = queue.deadlockReason(blocking: false) {
+            throw BatonError.wouldDeadlock(operation: first.reference, reason: reason)
+        }
+        return try await queue.addChain(self).waitSuspending(cancellingOnTaskCancellation: true).get()
     }
 }

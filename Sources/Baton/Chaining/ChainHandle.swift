@@ -179,7 +179,7 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
     @available(*, noasync, message: "use 'try await value' in async code")
     @discardableResult
     public func wait(timeout: Duration) throws -> Output {
-        if outcome == nil, let reason = queue.deadlockReasonForBlockingWait {
+        if outcome == nil, let reason = queue.deadlockReason(blocking: true) {
             throw BatonError.wouldDeadlock(operation: pendingOperation.reference, reason: reason)
         }
         if timeout < .zero {

@@ -32,6 +32,8 @@ final class ForeignStageRunner: AsyncOperation, @unchecked Sendable {
         queuePriority = stage.queuePriority
         qualityOfService = stage.qualityOfService
         name = stage.name.map { "runner of \($0)" }
+        // Baton's own from birth: only the chain launches it.
+        core.withLock { _ = $0.life.claim() }
     }
 
     override var recordedType: Any.Type { type(of: stage) }

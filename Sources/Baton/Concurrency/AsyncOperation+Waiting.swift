@@ -1,35 +1,105 @@
 import Dispatch
 import Foundation
 
-/// The waits behind ``OutcomeReporting``'s `run`, `wait` and `value`, untyped.
+/// The waits behind ``OutcomeReporting``'s `run`, `wait` and `value`, untyped: one mechanism for all
+/// of them. A wait registers with the lifecycle machine and gets a token; the finish resumes every
+/// registered wait; a wait that ends early (its timeout, its task's cancellation) releases its token,
+/// and with it everything it held. One guard decides, before anything is claimed or enqueued, whether
+/// the wait would wait for itself.
 extension AsyncOperation {
+    /// How a registration went.
+    enum WaitTicket {
+        /// Registered: `resume` runs once the operation has finished, unless ``endWait(_:)`` comes first.
+        case waiting(UInt64)
+        /// Already finished, with this outcome.
+        case finished(Outcome<(any Sendable)?>)
+        /// The waiting thread runs this operation's own callouts: it would wait for itself.
+        case refused
+    }
+
+    /// Registers `resume` to run once the operation has finished.
+    func registerWait(_ resume: @escaping @Sendable () -> Void) -> WaitTicket {
+        let selfBlocking = Callouts.areRunning(for: self)
+        return core.withLock { state in
+            switch state.life.registerWait(selfBlocking: selfBlocking) {
+            case .finished: return .finished(state.life.finished!)
+            case .refused: return .refused
+            case .registered(let token):
+                state.waits[token] = resume
+                return .waiting(token)
+            }
+        }
+    }
+
+    /// Ends a wait early: its registration and what it holds are released. `false` when the finish
+    /// resumed it first (the outcome is then stored).
+    @discardableResult
+    func endWait(_ token: UInt64) -> Bool {
+        let released: (@Sendable () -> Void)? = core.withLock { state in
+            guard state.life.waitEnded(token: token) else { return nil }
+            return state.waits.removeValue(forKey: token)
+        }
+        return released != nil
+    }
+
+    /// The one deadlock guard of every wait on this operation: the wait would wait for itself when the
+    /// waiting thread runs the operation's own callouts (checked by the machine at registration), or
+    /// when the operation must still be started by `queue` (the one it is run on, or the one a Baton
+    /// entry point launched it on) and the waiting context holds what that queue needs.
+    func deadlockReason(runningOn queue: OperationQueue?, blocking: Bool) -> String? {
+        let (target, pending) = core.withLock { state in (queue ?? state.launchQueue, state.life.isPending) }
+        guard pending || queue != nil, let target else { return nil }
+        return target.deadlockReason(blocking: blocking)
+    }
+
     /// Claims the operation, adds it to `queue`, and blocks until it finishes or `timeout` runs out
     /// (then cancels it: it is the caller's).
     func runBlocking(on queue: OperationQueue, timeout: Duration) throws(BatonError) -> Outcome<(any Sendable)?> {
-        if let reason = queue.deadlockReasonForBlockingWait {
+        try check(timeout)
+        if let reason = deadlockReason(runningOn: queue, blocking: true) {
             throw .wouldDeadlock(operation: reference, reason: reason)
         }
-        try check(timeout)
         if let outcome = try claimUnlessFinished() { return outcome }
-        let done = DispatchSemaphore(value: 0)
-        whenFinished { done.signal() }
-        queue.launch(self)
-        _ = done.wait(timeout: timeout.deadlineFromNow)
-        // Finished in time (perhaps right at the deadline), or cancelled now: it is the caller's.
-        if let outcome = storedOutcome { return outcome }
-        cancel()
-        throw .timedOut(operation: reference, after: timeout)
+        return try block(timeout: timeout) {
+            queue.launch(self)
+        } onTimeout: {
+            self.cancel()
+        }
     }
 
     /// Blocks until someone else's run of the operation finishes, or `timeout` runs out.
     func waitBlocking(timeout: Duration) throws(BatonError) -> Outcome<(any Sendable)?> {
         try check(timeout)
-        let done = DispatchSemaphore(value: 0)
-        whenFinished { done.signal() }
-        _ = done.wait(timeout: timeout.deadlineFromNow)
-        guard let outcome = storedOutcome else { throw .timedOut(operation: reference, after: timeout) }
-        return outcome
+        if let reason = deadlockReason(runningOn: nil, blocking: true) {
+            throw .wouldDeadlock(operation: reference, reason: reason)
+        }
+        return try block(timeout: timeout, then: {}, onTimeout: {})
     }
+
+    /// Registers, runs `then` (the launch), and blocks until the finish resumes the wait or `timeout`
+    /// runs out; the registration is released either way.
+    private func block(
+        timeout: Duration, then launch: () -> Void, onTimeout: () -> Void
+    ) throws(BatonError) -> Outcome<(any Sendable)?> {
+        let done = DispatchSemaphore(value: 0)
+        switch registerWait({ done.signal() }) {
+        case .finished(let outcome):
+            return outcome
+        case .refused:
+            throw .wouldDeadlock(operation: reference, reason: Self.selfWaitReason)
+        case .waiting(let token):
+            launch()
+            if done.wait(timeout: timeout.deadlineFromNow) == .timedOut, endWait(token) {
+                onTimeout()
+                throw .timedOut(operation: reference, after: timeout)
+            }
+            // Resumed (perhaps right at the deadline): the finish stored the outcome before resuming.
+            return storedOutcome ?? .cancelled
+        }
+    }
+
+    static let selfWaitReason =
+        "waited for from inside its own start or outcome callbacks, which must return before it can finish"
 
     /// Claims the operation for a run, or returns its outcome when it has finished (before the claim,
     /// or meanwhile: a finished operation's run returns its outcome).
@@ -54,46 +124,89 @@ extension AsyncOperation {
     /// Claims the operation, adds it to `queue`, and suspends until it finishes. Cancelling the
     /// awaiting task cancels the operation (it is the caller's).
     func runSuspending(on queue: OperationQueue) async throws(BatonError) -> Outcome<(any Sendable)?> {
+        if let reason = deadlockReason(runningOn: queue, blocking: false) {
+            throw .wouldDeadlock(operation: reference, reason: reason)
+        }
         if let outcome = try claimUnlessFinished() { return outcome }
         queue.launch(self)
-        return await waitSuspending(cancellingOnTaskCancellation: true)
+        return try await waitSuspending(cancellingOnTaskCancellation: true)
     }
 
     /// Suspends until the operation has finished. Cancelling the awaiting task ends the wait at once
-    /// with ``Outcome/cancelled``, whether or not anyone ever runs the operation; it cancels the
-    /// operation too when the caller runs it (`run`), not when someone else does (`value`).
-    func waitSuspending(cancellingOnTaskCancellation cancels: Bool) async -> Outcome<(any Sendable)?> {
-        let waiter = OutcomeWaiter<Outcome<(any Sendable)?>>()
-        return await withTaskCancellationHandler {
+    /// with ``Outcome/cancelled``, whether or not anyone ever runs the operation, and releases its
+    /// registration; it cancels the operation too when the caller runs it (`run`), not when someone
+    /// else does (`value`).
+    func waitSuspending(cancellingOnTaskCancellation cancels: Bool) async throws(BatonError) -> Outcome<(any Sendable)?> {
+        if !cancels, let reason = deadlockReason(runningOn: nil, blocking: false) {
+            throw .wouldDeadlock(operation: reference, reason: reason)
+        }
+        let waiter = OutcomeWaiter<Outcome<(any Sendable)?>?>()
+        let outcome = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 waiter.install(continuation)
-                whenFinished { [weak self] in waiter.resume(with: self?.storedOutcome ?? .cancelled) }
+                switch registerWait({ [weak self] in waiter.resume(with: self?.storedOutcome ?? .cancelled) }) {
+                case .finished(let outcome):
+                    waiter.resume(with: outcome)
+                case .refused:
+                    waiter.resume(with: nil)
+                case .waiting(let token):
+                    // Cancelled meanwhile: the wait is over, its registration is released here.
+                    if !waiter.attach(token) { endWait(token) }
+                }
             }
         } onCancel: {
             // The operation first, so that the awaiting task resumes with it already cancelled.
             if cancels { self.cancel() }
             waiter.resume(with: .cancelled)
+            if let token = waiter.attachedToken { self.endWait(token) }
         }
+        guard let outcome else { throw .wouldDeadlock(operation: reference, reason: Self.selfWaitReason) }
+        return outcome
     }
 }
 
+/// The operation queue whose Baton operation started the current task: an `async` wait inside it
+/// knows what it holds, as `OperationQueue.current` tells a blocking one (a task has none).
+enum RunningQueue {
+    @TaskLocal static var current: ObjectIdentifier?
+}
+
 extension OperationQueue {
-    /// Why blocking the current thread until work on this queue finishes would deadlock, or `nil`.
-    var deadlockReasonForBlockingWait: String? {
-        if self === OperationQueue.main && Thread.isMainThread {
-            return "the main thread would wait for the main queue"
+    /// Why waiting in the current context until work on this queue has run would wait for itself, or
+    /// `nil`: the one queue check of every wait, blocking and `async`, on operations and chains.
+    ///
+    /// A blocking wait holds its thread: on the main thread, a queue that runs on the main thread can
+    /// never run; on a thread running one of this queue's operations, a serial queue (width 1) can run
+    /// nothing else, nor can a queue whose dispatch queue (`underlyingQueue`) is that thread's queue,
+    /// since Baton cannot tell a serial dispatch queue from a concurrent one. An `async` wait holds
+    /// the queue slot of the Baton operation whose task awaits (``RunningQueue``).
+    func deadlockReason(blocking: Bool) -> String? {
+        if blocking && Thread.isMainThread && runsOnMainThread {
+            return "the main thread would wait for a queue that runs on the main thread"
         }
-        if self === OperationQueue.current && maxConcurrentOperationCount == 1 {
+        let current = blocking ? OperationQueue.current.map(ObjectIdentifier.init) : RunningQueue.current
+        guard current == ObjectIdentifier(self) else { return nil }
+        if maxConcurrentOperationCount == 1 {
             return "called from the serial queue that must run it"
         }
+        if blocking && underlyingQueue != nil {
+            return "called from the queue that must run it, whose dispatch queue may be serial"
+        }
         return nil
+    }
+
+    /// Whether the queue runs its operations on the main thread. `DispatchQueue.main` is a new
+    /// wrapper on every read on Linux: the label tells.
+    var runsOnMainThread: Bool {
+        self === OperationQueue.main || underlyingQueue?.label == DispatchQueue.main.label
     }
 }
 
 /// One await of an outcome, resumed exactly once: by the work's end, or by the cancellation of the
-/// awaiting task, whichever comes first.
+/// awaiting task, whichever comes first. It also keeps the wait's registration token, so that whoever
+/// ends the wait early releases the registration.
 final class OutcomeWaiter<Value: Sendable>: Sendable {
-    private enum State {
+    private enum Phase {
         case idle
         case waiting(CheckedContinuation<Value, Never>)
         case resumed
@@ -101,15 +214,26 @@ final class OutcomeWaiter<Value: Sendable>: Sendable {
         case decided(Value)
     }
 
-    private let state = Mutex(State.idle)
+    private struct State {
+        var phase = Phase.idle
+        var token: UInt64?
+        var isOver: Bool {
+            switch phase {
+            case .idle, .waiting: return false
+            case .resumed, .decided: return true
+            }
+        }
+    }
+
+    private let state = Mutex(State())
 
     func install(_ continuation: CheckedContinuation<Value, Never>) {
         let decided: Value? = state.withLock { state in
-            guard case .decided(let value) = state else {
-                state = .waiting(continuation)
+            guard case .decided(let value) = state.phase else {
+                state.phase = .waiting(continuation)
                 return nil
             }
-            state = .resumed
+            state.phase = .resumed
             return value
         }
         if let decided { continuation.resume(returning: decided) }
@@ -117,17 +241,32 @@ final class OutcomeWaiter<Value: Sendable>: Sendable {
 
     func resume(with value: Value) {
         let continuation: CheckedContinuation<Value, Never>? = state.withLock { state in
-            switch state {
+            switch state.phase {
             case .idle:
-                state = .decided(value)
+                state.phase = .decided(value)
                 return nil
             case .waiting(let continuation):
-                state = .resumed
+                state.phase = .resumed
                 return continuation
             case .resumed, .decided:
                 return nil
             }
         }
         continuation?.resume(returning: value)
+    }
+
+    /// Keeps the wait's registration token; `false` when the wait is already over (the caller then
+    /// releases the registration itself).
+    func attach(_ token: UInt64) -> Bool {
+        state.withLock { state in
+            guard !state.isOver else { return false }
+            state.token = token
+            return true
+        }
+    }
+
+    /// The token attached while the wait was on.
+    var attachedToken: UInt64? {
+        state.withLock { $0.token }
     }
 }

@@ -55,8 +55,10 @@ enum Trampoline {
     }
 
     /// A thread's nesting depth and its deferred work, run depth-first by the outermost call.
-    private final class LocalQueue {
+    fileprivate final class LocalQueue {
         var depth = 0
+        /// The operations whose start or outcome callouts this thread is running (innermost last).
+        var callouts: [ObjectIdentifier] = []
         /// Deferred work; the last element runs next.
         private var stack: [() -> Void] = []
         /// Work deferred by the item that is running now, in order.
@@ -97,6 +99,24 @@ enum Trampoline {
             precondition(result == 0, "pthread_key_create failed: \(result)")
             return key
         }()
+    }
+}
+
+/// The operations whose own callouts (start observers, the delegate, outcome observers) the current
+/// thread is running. Such an operation cannot finish before they return, so a wait for it on this
+/// thread would wait for itself: the waits ask here and refuse at once.
+enum Callouts {
+    /// Runs `body` marked as `operation`'s callouts on this thread.
+    static func during(_ operation: AnyObject, _ body: () -> Void) {
+        let local = Trampoline.LocalQueue.current
+        local.callouts.append(ObjectIdentifier(operation))
+        body()
+        local.callouts.removeLast()
+    }
+
+    /// Whether this thread is inside `operation`'s callouts.
+    static func areRunning(for operation: AnyObject) -> Bool {
+        Trampoline.LocalQueue.current.callouts.contains(ObjectIdentifier(operation))
     }
 }
 

@@ -1,55 +1,9 @@
+import Dispatch
 import Foundation
 
 extension AsyncOperation {
-    /// Where an operation is in its life (Docs/Lifecycle.md has the full table):
-    /// pending → starting → executing → finished, or pending → finished without executing.
-    enum Phase: Sendable {
-        /// Not started.
-        case pending
-        /// `start()` decided to execute: `isExecuting` is announced and the start observers run, but
-        /// `execute()` is not entered yet. A `cancel()` or `finish` now is recorded and decided when the
-        /// operation leaves this phase, so `execute()` never runs on a decided operation.
-        case starting
-        /// `execute()` was entered (or is about to be, on this thread).
-        case executing
-        /// `isFinished` was announced.
-        case finished
-    }
-
-    /// Who may hand the operation to a queue. Decided under the operation's lock, so two Baton entry
-    /// points (a chain, a group, a wait…) can never both enqueue it.
-    enum Custody: Sendable, Equatable {
-        /// No Baton entry point has it (the user may still add it to a queue with Foundation's API).
-        case unclaimed
-        /// A Baton entry point has it and will launch it, or start it itself.
-        case claimed
-        /// In `queue` (or being added to it): only that queue may start it. A queue that runs its
-        /// operations on the main thread is recognised by the thread, since `OperationQueue.current`
-        /// there is always `OperationQueue.main`.
-        case enqueued(queue: ObjectIdentifier, onMainThread: Bool)
-        /// Baton starts it itself, on this thread (cancelled launches, retired children, adapters).
-        case direct
-
-        /// Whether a `start()` on this thread is the one the custody expects. A queue's own start runs
-        /// on that queue, where `OperationQueue.current` is it.
-        var allowsStart: Bool {
-            switch self {
-            case .unclaimed, .direct: return true
-            case .claimed: return false
-            case .enqueued(let queue, let onMainThread):
-                if onMainThread { return Thread.isMainThread }
-                return OperationQueue.current.map(ObjectIdentifier.init) == queue
-            }
-        }
-    }
-
-    /// Whether a thread is inside `execute()`. `didCancel()` is never called while one is: a
-    /// cancellation that arrives then is delivered when `execute()` returns; a `rerun()` requested
-    /// then runs `execute()` again after it returns.
-    enum ExecuteCall: Sendable, Equatable {
-        case outside
-        case inside(cancelArrived: Bool, rerunRequested: Bool)
-    }
+    /// The operation's lifecycle machine, with Baton's outcome type.
+    typealias Life = Lifecycle<Outcome<(any Sendable)?>>
 
     /// One KVO notification, as recorded by the test seam.
     enum Notification: Sendable, Hashable {
@@ -57,104 +11,136 @@ extension AsyncOperation {
         case didChange(String)
     }
 
-    /// Every mutable property of an operation, kept behind its one lock.
+    /// Every mutable property of an operation, kept behind its one lock: the lifecycle machine (every
+    /// decision), the settings it reads, and the listeners it tells (taken out once, by the
+    /// transition that tells them).
     struct State {
-        var phase: Phase = .pending
-        var custody: Custody = .unclaimed
-        var executeCall: ExecuteCall = .outside
-        var isCancelled = false
-        /// The outcome, decided while still executing (callbacks run), then kept once finished.
-        var outcome: Outcome<(any Sendable)?>?
-        /// A `finish` that arrived before `execute()` was entered; applied when the operation starts.
-        var earlyOutcome: Outcome<(any Sendable)?>?
-        /// Started while a dependency was unfinished: its edges are dropped when it finishes.
-        var startedWhileNotReady = false
+        var life = Life()
+
+        // Settings.
         var policy: DependencyPolicy = .skipOnFailureOrCancellation
         var timeout: Duration?
         var upstreamError: (any Error)?
         var input: (any Sendable)?
+        /// Started while a dependency was unfinished: its edges are dropped when it finishes.
+        var startedWhileNotReady = false
+        /// The queue a Baton entry point launched it on: a rerun hops to that queue's dispatch queue.
+        weak var launchQueue: OperationQueue?
+        /// How the operation records (usually not at all).
+        var recorderLink = RecorderLink.none
+
+        // Listeners.
         weak var delegate: (any AsyncOperationDelegate)?
         var startObservers: [@Sendable () -> Void] = []
         var outcomeObservers: [@Sendable (Outcome<(any Sendable)?>) -> Void] = []
         /// Internal hooks that run after `isFinished` has been announced.
         var finishedHooks: [@Sendable () -> Void] = []
+        /// What each registered wait runs when the operation finishes, by the machine's wait token.
+        var waits: [UInt64: @Sendable () -> Void] = [:]
         var notificationTap: (@Sendable (Notification) -> Void)?
-        /// How the operation records (usually not at all).
-        var recorderLink = RecorderLink.none
 
-        /// Decides the outcome and collects what must be told about it, outside the lock.
-        mutating func beginFinishing(_ outcome: Outcome<(any Sendable)?>, wasExecuting: Bool) -> FinishEffects {
-            self.outcome = outcome
-            if case .cancelled = outcome { isCancelled = true }
-            let effects = FinishEffects(
-                outcome: outcome,
-                wasExecuting: wasExecuting,
-                dropsUnfinishedDependencies: !wasExecuting || startedWhileNotReady,
-                delegate: delegate,
-                observers: outcomeObservers
-            )
+        var isCancelled: Bool { life.cancelRequested }
+
+        /// Takes out what is told of a decided outcome.
+        mutating func takeOutcomeListeners(executed: Bool) -> Telling {
+            let telling = Telling(
+                outcome: life.decided!, executed: executed,
+                dropsUnfinishedDependencies: !executed || startedWhileNotReady,
+                delegate: delegate, observers: outcomeObservers)
             outcomeObservers = []
             startObservers = []
-            return effects
-        }
-
-        /// Marks the operation finished and hands back what runs after the announcement.
-        mutating func commitFinished() -> (
-            hooks: [@Sendable () -> Void], tap: (@Sendable (Notification) -> Void)?, recorderLink: RecorderLink
-        ) {
-            phase = .finished
-            delegate = nil
-            let hooks = finishedHooks
-            finishedHooks = []
-            return (hooks, notificationTap, recorderLink)
+            return telling
         }
     }
 
-    /// What a decided finish must do once the lock is released.
-    struct FinishEffects {
+    /// What a decided outcome must tell, once the lock is released.
+    struct Telling {
         let outcome: Outcome<(any Sendable)?>
-        let wasExecuting: Bool
+        /// Whether `execute()` was entered: a composite that never executed retires the children it
+        /// never launched before it finishes.
+        let executed: Bool
         /// Finished without executing (or started early): unfinished dependencies still point here.
         let dropsUnfinishedDependencies: Bool
         let delegate: (any AsyncOperationDelegate)?
         let observers: [@Sendable (Outcome<(any Sendable)?>) -> Void]
     }
 
-    /// What a decided start must do once the lock is released.
-    struct StartEffects {
-        let delegate: (any AsyncOperationDelegate)?
-        let observers: [@Sendable () -> Void]
-        let tap: (@Sendable (Notification) -> Void)?
-        let notReady: Bool
+    // MARK: - Finishing (callbacks and notifications outside the lock)
+
+    /// Tells a decided outcome (retiring unlaunched children first when the operation never executed),
+    /// then commits the finish.
+    func tell(_ telling: Telling) {
+        let children = telling.executed ? [] : takeUnlaunchedChildren()
+        guard !children.isEmpty else { return deliver(telling) }
+        let pending = UncheckedSendable(value: telling)
+        let countdown = Countdown(events: children.count) { self.deliver(pending.value) }
+        Operation.retire(children, reportingTo: countdown)
+        countdown.tick()
     }
 
-    // MARK: - Transitions (all callbacks and notifications outside the lock)
-
-    /// Runs the callbacks of a decided outcome, then stores `finished` and announces it.
-    func performFinish(_ effects: FinishEffects) {
+    private func deliver(_ telling: Telling) {
         withExtendedLifetime(self) {
-            if let delegate = effects.delegate {
-                switch effects.outcome {
-                case .succeeded(let output): delegate.operation(self, didSucceedWith: output)
-                case .failed(let error): delegate.operation(self, didFailWith: error)
-                case .cancelled: delegate.operationDidCancel(self)
+            if telling.delegate != nil || !telling.observers.isEmpty {
+                Callouts.during(self) {
+                    if let delegate = telling.delegate {
+                        switch telling.outcome {
+                        case .succeeded(let output): delegate.operation(self, didSucceedWith: output)
+                        case .failed(let error): delegate.operation(self, didFailWith: error)
+                        case .cancelled: delegate.operationDidCancel(self)
+                        }
+                    }
+                    for observer in telling.observers { observer(telling.outcome) }
                 }
             }
-            for observer in effects.observers { observer(effects.outcome) }
-            if effects.dropsUnfinishedDependencies { dropUnfinishedDependencies() }
-
-            let (hooks, tap, link) = core.withLock { $0.commitFinished() }
-            if let recording = recording(resolving: link, startingOnQueue: false), recordsItsFinish {
-                recording.recorder.finished(recording.id, status: FlightRecord.Status(effects.outcome), name: recordedName)
-            }
-            if effects.wasExecuting { announce(.willChange(Self.isExecutingKey), tap) }
-            announce(.willChange(Self.isFinishedKey), tap)
-            if effects.wasExecuting { announce(.didChange(Self.isExecutingKey), tap) }
-            announce(.didChange(Self.isFinishedKey), tap)
-            if !hooks.isEmpty {
-                Trampoline.run { for hook in hooks { hook() } }
-            }
+            if telling.dropsUnfinishedDependencies { dropUnfinishedDependencies() }
+            commitFinish(telling.outcome)
         }
+    }
+
+    /// Feeds `outcomeDelivered`: stores `finished`, announces it, runs the finished hooks and resumes
+    /// the waits.
+    private func commitFinish(_ outcome: Outcome<(any Sendable)?>) {
+        struct Commit {
+            var action: Life.CommitAction
+            var hooks: [@Sendable () -> Void]
+            var waits: [UInt64: @Sendable () -> Void]
+            var tap: (@Sendable (Notification) -> Void)?
+            var link: RecorderLink
+        }
+        let commit: Commit = core.withLock { state in
+            let action = state.life.outcomeDelivered()
+            defer {
+                state.finishedHooks = []
+                state.waits = [:]
+                state.delegate = nil
+            }
+            return Commit(
+                action: action, hooks: state.finishedHooks, waits: state.waits, tap: state.notificationTap,
+                link: state.recorderLink)
+        }
+        guard case .announce(let wasExecuting) = commit.action else {
+            return reportImpossible()
+        }
+        if let recording = recording(resolving: commit.link, startingOnQueue: false), recordsItsFinish {
+            recording.recorder.finished(recording.id, status: FlightRecord.Status(outcome), name: recordedName)
+        }
+        let tap = commit.tap
+        if wasExecuting { announce(.willChange(Self.isExecutingKey), tap) }
+        announce(.willChange(Self.isFinishedKey), tap)
+        if wasExecuting { announce(.didChange(Self.isExecutingKey), tap) }
+        announce(.didChange(Self.isFinishedKey), tap)
+        let hooks = commit.hooks
+        if !hooks.isEmpty {
+            Trampoline.run { for hook in hooks { hook() } }
+        }
+        for resume in commit.waits.values { resume() }
+    }
+
+    /// An event the machine says cannot happen in this state: a bug in Baton. Traps in debug builds,
+    /// reported in release builds.
+    func reportImpossible(_ file: StaticString = #fileID, _ line: UInt = #line) {
+        assertionFailure("Baton: an impossible lifecycle transition", file: file, line: line)
+        Diagnostics.report(.internalInconsistency, self)
     }
 
     /// Removes the edges to dependencies that have not finished.
@@ -184,38 +170,22 @@ extension AsyncOperation {
     static let isExecutingKey = "isExecuting"
     static let isFinishedKey = "isFinished"
 
-    /// Requests an outcome from `finish`: before `execute()` is entered it is remembered, while
-    /// executing it ends the operation (cancellation wins), afterwards it is reported and ignored.
+    /// Feeds `finish`: before `execute()` is entered the outcome is remembered, while executing it
+    /// ends the operation (cancellation wins), afterwards it is reported and ignored.
     func requestFinish(_ requested: Outcome<(any Sendable)?>, carriesResult: Bool) {
-        enum Action {
-            case remembered
-            case report(Diagnostic.Kind)
-            case finish(FinishEffects, droppedResult: Bool)
-        }
-        let action: Action = core.withLock { state in
-            switch state.phase {
-            case .pending, .starting:
-                if state.isCancelled { return .report(.finishedAfterCancellation) }
-                if state.earlyOutcome != nil { return .report(.finishedTwice) }
-                state.earlyOutcome = requested
-                return .remembered
-            case .executing:
-                if state.outcome != nil { return .report(.finishedTwice) }
-                let cancelled = state.isCancelled
-                let effects = state.beginFinishing(cancelled ? .cancelled : requested, wasExecuting: true)
-                return .finish(effects, droppedResult: cancelled && carriesResult)
-            case .finished:
-                return .report(.finishedTwice)
-            }
+        let (action, telling): (Life.FinishAction, Telling?) = core.withLock { state in
+            let action = state.life.finish(requested, carriesResult: carriesResult)
+            guard case .finish = action else { return (action, nil) }
+            return (action, state.takeOutcomeListeners(executed: true))
         }
         switch action {
         case .remembered:
             break
         case .report(let kind):
             Diagnostics.report(kind, self)
-        case .finish(let effects, let droppedResult):
+        case .finish(let droppedResult):
             if droppedResult { Diagnostics.report(.resultAfterCancellation, self) }
-            performFinish(effects)
+            if let telling { tell(telling) }
         }
     }
 
@@ -225,7 +195,7 @@ extension AsyncOperation {
         var sawCancellation = false
         for dependency in dependencies {
             if let baton = dependency as? AsyncOperation {
-                switch baton.core.withLock({ $0.outcome }) {
+                switch baton.core.withLock({ $0.life.finished }) {
                 case .failed(let error)? where policy == .skipOnFailureOrCancellation:
                     return .failed(BatonError.dependencyFailed(dependency: baton.reference, underlying: error))
                 case .cancelled?:
@@ -243,16 +213,17 @@ extension AsyncOperation {
     /// Registers an internal hook that runs once `isFinished` has been announced (at once if it has).
     func whenFinished(_ hook: @escaping @Sendable () -> Void) {
         let runNow = core.withLock { state -> Bool in
-            if state.phase == .finished { return true }
+            if state.life.finished != nil { return true }
             state.finishedHooks.append(hook)
             return false
         }
         if runNow { hook() }
     }
 
-    /// The outcome including the output as stored (`nil` output for operations without one).
+    /// The outcome including the output as stored (`nil` output for operations without one), once
+    /// `isFinished` is announced.
     var storedOutcome: Outcome<(any Sendable)?>? {
-        core.withLock { $0.phase == .finished ? $0.outcome : nil }
+        core.withLock { $0.life.finished }
     }
 
     /// Test seam: records every KVO notification the operation sends from now on.

@@ -142,119 +142,129 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     /// ``Diagnostic/Kind/startedWhileClaimed`` and does nothing: Baton starts it. Started
     /// before its dependencies finished, it reports ``Diagnostic/Kind/startedWhileNotReady`` and runs.
     public final override func start() {
-        let (policy, custody, link) = core.withLock { ($0.policy, $0.custody, $0.recorderLink) }
-        guard custody.allowsStart else {
-            Diagnostics.report(.startedWhileClaimed, self)
-            return
+        // Facts gathered before the lock: they read other locks (dependencies, Foundation's, the
+        // recorder's). The machine decides on them under the operation's lock, in one step.
+        let (policy, link, enqueued) = core.withLock { state -> (DependencyPolicy, RecorderLink, Bool) in
+            if case .enqueued = state.life.custody { return (state.policy, state.recorderLink, true) }
+            return (state.policy, state.recorderLink, false)
         }
-        let recording = recording(resolving: link, startingOnQueue: true)
+        let caller = Life.Caller(
+            queue: enqueued ? OperationQueue.current.map(ObjectIdentifier.init) : nil, isMainThread: Thread.isMainThread)
         let verdict = dependencyVerdict(policy)
         let ready = isReady
 
         enum Decision {
-            case ignore
-            case skip(FinishEffects)
-            case start(StartEffects)
+            case refuse(Diagnostic.Kind)
+            case finish(Telling)
+            case announce(Announcement)
         }
         let decision: Decision = core.withLock { state in
-            guard state.phase == .pending else { return .ignore }
-            let skipped: Outcome<(any Sendable)?>?
-            if state.isCancelled {
-                skipped = .cancelled
-            } else if let early = state.earlyOutcome {
-                skipped = early
-            } else if let verdict {
-                skipped = verdict
-            } else if let failure = preflightFailure(state) {
-                skipped = .failed(failure)
-            } else {
-                skipped = nil
+            let skip = verdict ?? preflightFailure(state).map { .failed($0) }
+            switch state.life.start(Life.StartFacts(caller: caller, skip: skip, ready: ready)) {
+            case .refuse(let kind):
+                return .refuse(kind)
+            case .finishUnexecuted:
+                return .finish(state.takeOutcomeListeners(executed: false))
+            case .announce(let notReady):
+                state.startedWhileNotReady = notReady
+                defer { state.startObservers = [] }
+                return .announce(
+                    Announcement(
+                        delegate: state.delegate, observers: state.startObservers, tap: state.notificationTap,
+                        notReady: notReady))
             }
-            if let skipped { return .skip(state.beginFinishing(skipped, wasExecuting: false)) }
-            state.phase = .starting
-            state.startedWhileNotReady = !ready
-            defer { state.startObservers = [] }
-            return .start(
-                StartEffects(
-                    delegate: state.delegate, observers: state.startObservers,
-                    tap: state.notificationTap, notReady: !ready))
         }
 
         switch decision {
-        case .ignore:
-            Diagnostics.report(.startedTwice, self)
-        case .skip(let effects):
-            finishWithoutExecuting(effects)
-        case .start(let effects):
-            if let recording {
+        case .refuse(let kind):
+            Diagnostics.report(kind, self)
+        case .finish(let telling):
+            tell(telling)
+        case .announce(let announcement):
+            if let recording = recording(resolving: link, startingOnQueue: true) {
                 recording.recorder.started(recording.id, dependencies: recordedDependencies(in: recording.recorder))
             }
-            if effects.notReady { Diagnostics.report(.startedWhileNotReady, self) }
-            announce(.willChange(Self.isExecutingKey), effects.tap)
-            announce(.didChange(Self.isExecutingKey), effects.tap)
-            effects.delegate?.operationDidStart(self)
-            for observer in effects.observers { observer() }
+            if announcement.notReady { Diagnostics.report(.startedWhileNotReady, self) }
+            announce(.willChange(Self.isExecutingKey), announcement.tap)
+            announce(.didChange(Self.isExecutingKey), announcement.tap)
+            if announcement.delegate != nil || !announcement.observers.isEmpty {
+                Callouts.during(self) {
+                    announcement.delegate?.operationDidStart(self)
+                    for observer in announcement.observers { observer() }
+                }
+            }
             enterExecute()
         }
     }
 
-    /// Leaves `starting`: enters ``execute()``, or finishes without it when a `cancel()` or a `finish`
-    /// arrived while the start was being announced.
+    /// What a decided start announces once the lock is released.
+    private struct Announcement {
+        let delegate: (any AsyncOperationDelegate)?
+        let observers: [@Sendable () -> Void]
+        let tap: (@Sendable (Notification) -> Void)?
+        let notReady: Bool
+    }
+
+    /// Feeds `startAnnounced`: enters ``execute()``, or finishes without it when a `cancel()` or a
+    /// `finish` arrived while the start was being announced.
     private func enterExecute() {
         enum Entry {
-            case execute(timeout: Duration?)
-            case finish(FinishEffects)
+            case none
+            case execute(generation: UInt64, timer: (token: UInt64, after: Duration)?)
+            case finish(Telling)
         }
         let entry: Entry = core.withLock { state in
-            state.phase = .executing
-            if state.isCancelled { return .finish(state.beginFinishing(.cancelled, wasExecuting: true)) }
-            if let early = state.earlyOutcome { return .finish(state.beginFinishing(early, wasExecuting: true)) }
-            state.executeCall = .inside(cancelArrived: false, rerunRequested: false)
-            return .execute(timeout: state.timeout)
+            let timeout = state.timeout.flatMap { $0.deadlineFromNow == .distantFuture ? nil : $0 }
+            switch state.life.startAnnounced(armsTimer: timeout != nil) {
+            case .none:
+                return .none
+            case .finish:
+                return .finish(state.takeOutcomeListeners(executed: false))
+            case .execute(let generation, let token):
+                return .execute(generation: generation, timer: token.flatMap { token in timeout.map { (token, $0) } })
+            }
         }
         switch entry {
-        case .finish(let effects):
-            finishWithoutExecuting(effects)
-        case .execute(let timeout):
-            if let timeout { armTimeout(after: timeout) }
-            callExecute()
+        case .none:
+            reportImpossible()
+        case .finish(let telling):
+            tell(telling)
+        case .execute(let generation, let timer):
+            if let timer { arm(timer.token, after: timer.after) }
+            callExecute(generation)
         }
     }
 
-    /// Finishes an operation that never entered ``execute()`` (skipped at start, or cancelled or
-    /// finished during the start announcement). A composite's unlaunched children are retired first,
-    /// and the operation finishes once every one of them has.
-    private func finishWithoutExecuting(_ effects: FinishEffects) {
-        let children = takeUnlaunchedChildren()
-        guard !children.isEmpty else { return performFinish(effects) }
-        let pending = UncheckedSendable(value: effects)
-        let countdown = Countdown(events: children.count) { self.performFinish(pending.value) }
-        Operation.retire(children, reportingTo: countdown)
-        countdown.tick()
-    }
-
-    /// Calls ``execute()`` (the state is already `inside`), then delivers what arrived meanwhile: a
-    /// cancellation (``didCancel()`` never runs concurrently with ``execute()``) or a rerun.
-    private func callExecute() {
+    /// Calls ``execute()`` (the machine is inside this generation), then feeds `executeReturned`: a
+    /// cancellation that arrived meanwhile is delivered now (``didCancel()`` never runs concurrently
+    /// with ``execute()``), a rerun hops to another thread.
+    private func callExecute(_ generation: UInt64) {
         execute()
-        enum After { case nothing, deliverCancel, rerun, finishCancelled }
-        let after: After = core.withLock { state in
-            guard case .inside(let cancelArrived, let rerunRequested) = state.executeCall else { return .nothing }
-            state.executeCall = .outside
-            guard state.outcome == nil else { return .nothing }
-            if rerunRequested {
-                if state.isCancelled { return .finishCancelled }
-                state.executeCall = .inside(cancelArrived: false, rerunRequested: false)
-                return .rerun
-            }
-            return cancelArrived ? .deliverCancel : .nothing
+        let (action, telling): (Life.ReturnAction, Telling?) = core.withLock { state in
+            let action = state.life.executeReturned(generation: generation)
+            guard case .finish = action else { return (action, nil) }
+            return (action, state.takeOutcomeListeners(executed: true))
         }
-        switch after {
-        case .nothing: break
+        switch action {
+        case .none: break
         case .deliverCancel: Trampoline.run { self.didCancel() }
-        case .rerun: DispatchQueue.global().async { self.callExecute() }
-        case .finishCancelled: finish()
+        case .hop(let token): hop(token)
+        case .finish: if let telling { tell(telling) }
         }
+    }
+
+    /// Sends a rerun to another thread: the dispatch queue of the queue the operation runs on (the main
+    /// queue's runs on the main thread), or a global one. It enters ``execute()`` only if `token` is
+    /// still current when it lands.
+    private func hop(_ token: UInt64) {
+        let target =
+            core.withLock { $0.launchQueue }?.underlyingQueue ?? DispatchQueue.global(qos: qualityOfService.dispatchClass)
+        target.async { self.hopLanded(token) }
+    }
+
+    private func hopLanded(_ token: UInt64) {
+        let action = core.withLock { $0.life.hopLanded(token: token) }
+        if case .execute(let generation) = action { callExecute(generation) }
     }
 
     /// Baton operations do their work in ``execute()``; `main()` is not used.
@@ -275,17 +285,20 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             target.cancel()
             return
         }
-        let tellSubclass: Bool = core.withLock { state in
-            guard state.outcome == nil, state.phase != .finished, !state.isCancelled else { return false }
-            state.isCancelled = true
-            guard state.phase == .executing else { return false }
-            if case .inside(_, let rerunRequested) = state.executeCall {
-                state.executeCall = .inside(cancelArrived: true, rerunRequested: rerunRequested)
-                return false
-            }
-            return true
+        let (action, telling): (Life.CancelAction, Telling?) = core.withLock { state in
+            let action = state.life.cancel()
+            guard case .finish = action else { return (action, nil) }
+            return (action, state.takeOutcomeListeners(executed: true))
         }
-        if tellSubclass { Trampoline.run { self.didCancel() } }
+        perform(action, telling)
+    }
+
+    private func perform(_ action: Life.CancelAction, _ telling: Telling?) {
+        switch action {
+        case .none: break
+        case .deliverCancel: Trampoline.run { self.didCancel() }
+        case .finish: if let telling { tell(telling) }
+        }
     }
 
     /// Whether the operation was cancelled (or skipped because a dependency was cancelled).
@@ -295,12 +308,12 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
 
     /// Whether the operation is executing: started and not yet finished.
     public final override var isExecuting: Bool {
-        core.withLock { $0.phase == .starting || $0.phase == .executing }
+        core.withLock { $0.life.isExecuting }
     }
 
     /// Whether the operation has finished, with its outcome decided.
     public final override var isFinished: Bool {
-        core.withLock { $0.phase == .finished }
+        core.withLock { $0.life.finished != nil }
     }
 
     /// Always `true`: Baton operations finish when `finish` is called, not when `execute()` returns.
@@ -341,31 +354,47 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     ///
     /// When it runs out while the operation is still executing, Baton reports
     /// ``Diagnostic/Kind/timedOut`` and cancels the operation, which then finishes cancelled (through
-    /// ``didCancel()``, as any cancellation). Set it before the operation starts. `.zero` cancels the
-    /// operation as soon as it executes; a negative duration fails the operation at start with
+    /// ``didCancel()``, as any cancellation). Set it before the operation starts: a value set later
+    /// is ignored and reported (``Diagnostic/Kind/settingAfterStart``). `.zero` cancels the operation
+    /// as soon as it executes; a negative duration fails the operation at start with
     /// ``BatonError/invalidArgument(operation:reason:)``, without executing.
     public final var timeout: Duration? {
         get { core.withLock { $0.timeout } }
-        set { core.withLock { $0.timeout = newValue } }
+        set { configure { $0.timeout = newValue } }
     }
 
-    private func armTimeout(after duration: Duration) {
-        let deadline = duration.deadlineFromNow
-        guard deadline != .distantFuture else { return }
-        DispatchQueue.global().asyncAfter(deadline: deadline) { [weak self] in
+    /// Applies a setting that only a pending operation takes; later, it is ignored and reported.
+    private func configure(_ apply: (inout State) -> Void) {
+        let accepted = core.withLock { state -> Bool in
+            guard state.life.isPending else { return false }
+            apply(&state)
+            return true
+        }
+        if !accepted { Diagnostics.report(.settingAfterStart, self) }
+    }
+
+    /// Arms the timer of `token`: when it fires, the machine decides in one step whether the operation
+    /// is still executing and cancels it; a stale token does nothing.
+    private func arm(_ token: UInt64, after duration: Duration) {
+        DispatchQueue.global().asyncAfter(deadline: duration.deadlineFromNow) { [weak self] in
             guard let self else { return }
-            let overdue = self.core.withLock { $0.phase == .executing && $0.outcome == nil && !$0.isCancelled }
-            guard overdue else { return }
+            let (action, telling): (Life.TimerAction, Telling?) = self.core.withLock { state in
+                let action = state.life.timerFired(token: token)
+                guard case .timedOut(.finish) = action else { return (action, nil) }
+                return (action, state.takeOutcomeListeners(executed: true))
+            }
+            guard case .timedOut(let cancellation) = action else { return }
             Diagnostics.report(.timedOut, self)
-            self.cancel()
+            self.perform(cancellation, telling)
         }
     }
 
     /// What `start()` does when a dependency did not succeed. Default:
-    /// ``DependencyPolicy/skipOnFailureOrCancellation``. Set it before the operation starts.
+    /// ``DependencyPolicy/skipOnFailureOrCancellation``. Set it before the operation starts: a value
+    /// set later is ignored and reported (``Diagnostic/Kind/settingAfterStart``).
     public final var dependencyPolicy: DependencyPolicy {
         get { core.withLock { $0.policy } }
-        set { core.withLock { $0.policy = newValue } }
+        set { configure { $0.policy = newValue } }
     }
 
     /// The error of the operation before this one in a chain, when this one runs regardless of it.
@@ -396,13 +425,13 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     ///   is meant to be freed before it starts.
     public final func onStart(_ observer: @escaping @Sendable () -> Void) {
         core.withLock { state in
-            if state.phase == .pending { state.startObservers.append(observer) }
+            if state.life.isPending { state.startObservers.append(observer) }
         }
     }
 
     func addOutcomeObserver(_ observer: @escaping @Sendable (Outcome<(any Sendable)?>) -> Void) {
         let decided: Outcome<(any Sendable)?>? = core.withLock { state in
-            if let outcome = state.outcome { return outcome }
+            if let outcome = state.life.decided { return outcome }
             state.outcomeObservers.append(observer)
             return nil
         }
@@ -411,25 +440,23 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
 
     // MARK: - Reruns
 
-    /// Calls ``execute()`` again, asynchronously, if the operation is still executing and undecided.
-    /// A cancelled operation finishes cancelled instead.
+    /// Feeds `rerun`: ``execute()`` runs again after the current call returns, or now on another
+    /// thread, if the operation is still executing, undecided and not cancelled.
     func reexecute() {
-        enum Action { case none, finishCancelled, rerun }
-        let action: Action = core.withLock { state in
-            guard state.phase == .executing, state.outcome == nil else { return .none }
-            if state.isCancelled { return .finishCancelled }
-            if case .inside(let cancelArrived, _) = state.executeCall {
-                // Runs when the current call returns.
-                state.executeCall = .inside(cancelArrived: cancelArrived, rerunRequested: true)
-                return .none
-            }
-            state.executeCall = .inside(cancelArrived: false, rerunRequested: false)
-            return .rerun
-        }
-        switch action {
-        case .none: break
-        case .finishCancelled: finish()
-        case .rerun: DispatchQueue.global().async { self.callExecute() }
+        let action = core.withLock { $0.life.rerun() }
+        if case .hop(let token) = action { hop(token) }
+    }
+}
+
+extension QualityOfService {
+    /// The dispatch class of the same quality of service.
+    var dispatchClass: DispatchQoS.QoSClass {
+        switch self {
+        case .userInteractive: return .userInteractive
+        case .userInitiated: return .userInitiated
+        case .utility: return .utility
+        case .background: return .background
+        default: return .default
         }
     }
 }

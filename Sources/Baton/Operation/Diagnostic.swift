@@ -26,6 +26,12 @@ public struct Diagnostic: Sendable, CustomStringConvertible {
         case executeNotOverridden
         /// The operation was still executing when its ``AsyncOperation/timeout`` ran out; it was cancelled.
         case timedOut
+        /// ``AsyncOperation/timeout`` or ``AsyncOperation/dependencyPolicy`` was set after the
+        /// operation started; it was ignored.
+        case settingAfterStart
+        /// Baton's lifecycle machine received an event that cannot happen in the operation's state: a
+        /// bug in Baton (please report it). Debug builds stop; release builds ignore the event.
+        case internalInconsistency
     }
 
     /// What went wrong.
@@ -56,6 +62,8 @@ public struct Diagnostic: Sendable, CustomStringConvertible {
         case .inputAfterStart: what = "input set after start; ignored"
         case .executeNotOverridden: what = "execute() not overridden; failing"
         case .timedOut: what = "still executing when its timeout ran out; cancelled"
+        case .settingAfterStart: what = "timeout or dependency policy set after start; ignored"
+        case .internalInconsistency: what = "impossible lifecycle event; ignored (a Baton bug, please report it)"
         }
         return "Baton: \(operation.name): \(what)"
     }

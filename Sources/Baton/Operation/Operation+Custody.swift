@@ -51,9 +51,7 @@ extension Operation {
     /// was freed without running).
     func unclaim() {
         if let baton = self as? AsyncOperation {
-            baton.core.withLock { state in
-                if state.custody == .claimed { state.custody = .unclaimed }
-            }
+            baton.core.withLock { $0.life.unclaim() }
         } else {
             ForeignCustody.release(self)
         }
@@ -84,15 +82,14 @@ extension Operation {
     /// it ends without executing and nobody waiting on it hangs. Runs on the trampoline, so retiring a
     /// nest of composites does not recurse.
     func retire() {
-        cancel()
         if let baton = self as? AsyncOperation {
-            let startsHere = baton.core.withLock { state -> Bool in
-                guard state.custody == .claimed || state.custody == .unclaimed else { return false }
-                state.custody = .direct
-                return state.phase == .pending
-            }
+            // Cancelled and taken for a start here in one step; a `cancel()` first reaches what an
+            // adapter passes it to.
+            cancel()
+            let startsHere = baton.core.withLock { $0.life.retire() } == .startHere
             if startsHere { Trampoline.run { baton.start() } }
         } else {
+            cancel()
             if !isFinished && !isExecuting && isCancelled { Trampoline.run { self.start() } }
             ForeignCustody.release(self)
         }
@@ -101,18 +98,7 @@ extension Operation {
 
 extension AsyncOperation {
     func claimCustody() throws(BatonError) {
-        enum Refusal { case finished, executing, taken }
-        let refusal: Refusal? = core.withLock { state in
-            switch state.phase {
-            case .finished: return .finished
-            case .starting, .executing: return .executing
-            case .pending:
-                guard state.custody == .unclaimed else { return .taken }
-                state.custody = .claimed
-                return nil
-            }
-        }
-        switch refusal {
+        switch core.withLock({ $0.life.claim() }) {
         case nil: return
         case .finished?: throw .alreadyFinished(operation: reference)
         case .executing?: throw .alreadyExecuting(operation: reference)
@@ -120,29 +106,16 @@ extension AsyncOperation {
         }
     }
 
-    /// How a claimed operation goes to `queue`.
-    enum LaunchPath {
-        /// Add it to the queue.
-        case enqueue
-        /// Cancelled or already finished by `finish`: start it here, never through a queue.
-        case startHere
-        /// Started by someone else in the meantime: leave it alone.
-        case none
-    }
-
     /// Decides, under the lock, whether the operation goes to the queue (which alone may then start
     /// it) or is started here.
-    func beginLaunch(on queue: OperationQueue) -> LaunchPath {
+    func beginLaunch(on queue: OperationQueue) -> Life.LaunchAction {
         // `DispatchQueue.main` is a new wrapper on every read on Linux: compare the label.
         let onMainThread = queue === OperationQueue.main || queue.underlyingQueue?.label == DispatchQueue.main.label
+        let key = Life.QueueKey(queue: ObjectIdentifier(queue), onMainThread: onMainThread)
         return core.withLock { state in
-            guard state.phase == .pending else { return .none }
-            if state.isCancelled || state.earlyOutcome != nil {
-                state.custody = .direct
-                return .startHere
-            }
-            state.custody = .enqueued(queue: ObjectIdentifier(queue), onMainThread: onMainThread)
-            return .enqueue
+            let action = state.life.launch(on: key)
+            if action == .enqueue { state.launchQueue = queue }
+            return action
         }
     }
 }

@@ -35,7 +35,7 @@ open class TransformOperation<Input: Sendable, Output: Sendable>: ResultOperatio
         get { core.withLock { $0.input as? Input } }
         set {
             let accepted = core.withLock { state -> Bool in
-                guard state.phase == .pending else { return false }
+                guard state.life.isPending else { return false }
                 state.input = newValue
                 return true
             }

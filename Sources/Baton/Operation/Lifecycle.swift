@@ -1,0 +1,418 @@
+/// What the lifecycle needs to know of an outcome: how to make a cancelled one, and whether one is.
+protocol LifecycleOutcome {
+    /// The outcome of a cancelled operation.
+    static var cancelled: Self { get }
+    /// Whether this outcome is the cancelled one.
+    var isCancelled: Bool { get }
+}
+
+extension Outcome: LifecycleOutcome {}
+
+/// The life of one operation as a pure state machine: every decision about it (start, cancel,
+/// finish, rerun, `execute()` returning, a hop or a timer landing, a wait, custody) is an event
+/// applied here, under the operation's lock, and returns what the operation must do once the lock is
+/// released.
+///
+/// No closures, no Foundation, no clocks: the same state and event always give the same state and
+/// action, so `LifecycleExplorationTests` can enumerate every order of events and check the
+/// invariants on each. `AsyncOperation` is the shell: it locks, calls one of these methods, unlocks,
+/// and performs the action. Anything that comes back later (an `execute()` call returning, a rerun's
+/// hop to another thread, a timer) carries the generation or token it was decided with, and a stale
+/// one is ignored, so no decision is ever acted on after the state moved on.
+///
+/// Docs/Lifecycle.md is this type's transition table.
+struct Lifecycle<Result: LifecycleOutcome> {
+    /// Where the operation is in its life.
+    enum Phase {
+        /// Not started. A `finish` that arrived already is kept in `early`.
+        case pending(early: Result?)
+        /// `start()` decided to execute; `isExecuting` is being announced and the start observers run.
+        case starting(early: Result?)
+        /// After the start announcement, until the outcome is decided.
+        case executing(Call)
+        /// The outcome is decided and being told; `isFinished` is not announced yet.
+        case finishing(Result, wasExecuting: Bool)
+        /// `isFinished` is announced (or being announced).
+        case finished(Result)
+    }
+
+    /// Whether a thread is inside `execute()`.
+    enum Call: Hashable {
+        /// No thread is inside `execute()`.
+        case idle
+        /// A thread is inside the `execute()` call of this generation; a cancellation (`cancelOwed`)
+        /// or a rerun (`rerunOwed`) that arrived meanwhile is delivered when it returns.
+        case inside(generation: UInt64, cancelOwed: Bool, rerunOwed: Bool)
+        /// A rerun is on its way to another thread; it enters `execute()` only if this token is still
+        /// current when it lands.
+        case hopping(token: UInt64)
+    }
+
+    /// The queue an operation was handed to by a Baton entry point.
+    struct QueueKey: Hashable {
+        var queue: ObjectIdentifier
+        /// The queue runs its operations on the main thread, where `OperationQueue.current` is always
+        /// the main queue: its own start is recognised by the thread.
+        var onMainThread: Bool
+    }
+
+    /// Who may hand the operation to a queue, and who may start it.
+    enum Custody: Hashable {
+        /// No Baton entry point has it; anyone may start it.
+        case unclaimed
+        /// A Baton entry point has it and will launch it; nobody else may start it.
+        case claimed
+        /// In this queue: only the queue may start it.
+        case enqueued(QueueKey)
+        /// Baton starts it itself, on the launching thread.
+        case direct
+    }
+
+    /// The thread a `start()` came from.
+    struct Caller: Hashable {
+        /// `OperationQueue.current` on that thread.
+        var queue: ObjectIdentifier?
+        var isMainThread: Bool
+    }
+
+    /// What `start()` found before it took the lock.
+    struct StartFacts {
+        var caller: Caller
+        /// The outcome the operation ends with unexecuted: a dependency ruled it out, or an argument
+        /// or input check failed.
+        var skip: Result?
+        /// Whether every dependency had finished.
+        var ready: Bool
+    }
+
+    private(set) var phase = Phase.pending(early: nil)
+    private(set) var custody = Custody.unclaimed
+    /// A `cancel()` arrived (or the outcome is `cancelled`).
+    private(set) var cancelRequested = false
+    /// The token of the armed timeout, if any.
+    private(set) var timer: UInt64?
+    /// The waits registered and not yet resumed or released.
+    private(set) var waits: Set<UInt64> = []
+    private var nextToken: UInt64 = 0
+
+    // MARK: - Reading
+
+    /// The outcome once decided (finishing or finished).
+    var decided: Result? {
+        switch phase {
+        case .finishing(let result, _), .finished(let result): return result
+        case .pending, .starting, .executing: return nil
+        }
+    }
+
+    /// The outcome once `isFinished` is announced.
+    var finished: Result? {
+        if case .finished(let result) = phase { return result }
+        return nil
+    }
+
+    var isPending: Bool {
+        if case .pending = phase { return true }
+        return false
+    }
+
+    /// `isExecuting` as Foundation sees it: from the start announcement until `isFinished`.
+    var isExecuting: Bool {
+        switch phase {
+        case .starting, .executing: return true
+        case .finishing(_, let wasExecuting): return wasExecuting
+        case .pending, .finished: return false
+        }
+    }
+
+    private mutating func mint() -> UInt64 {
+        nextToken &+= 1
+        return nextToken
+    }
+
+    /// Decides the outcome: the timer is disarmed, a cancelled outcome makes the operation cancelled.
+    private mutating func decide(_ result: Result, wasExecuting: Bool) {
+        phase = .finishing(result, wasExecuting: wasExecuting)
+        timer = nil
+        if result.isCancelled { cancelRequested = true }
+    }
+
+    // MARK: - Start
+
+    enum StartAction: Equatable {
+        /// Ignored and reported: started twice, or by someone other than the custodian.
+        case refuse(Diagnostic.Kind)
+        /// Ends unexecuted with the decided outcome: tell it, then feed `outcomeDelivered`.
+        case finishUnexecuted
+        /// Announce `isExecuting`, tell the start listeners, then feed `startAnnounced`.
+        case announce(notReady: Bool)
+    }
+
+    mutating func start(_ facts: StartFacts) -> StartAction {
+        guard case .pending(let early) = phase else { return .refuse(.startedTwice) }
+        switch custody {
+        case .unclaimed, .direct:
+            break
+        case .claimed:
+            return .refuse(.startedWhileClaimed)
+        case .enqueued(let key):
+            let byQueue = key.onMainThread ? facts.caller.isMainThread : facts.caller.queue == key.queue
+            guard byQueue else { return .refuse(.startedWhileClaimed) }
+        }
+        if let skipped = cancelRequested ? .cancelled : early ?? facts.skip {
+            decide(skipped, wasExecuting: false)
+            return .finishUnexecuted
+        }
+        phase = .starting(early: nil)
+        return .announce(notReady: !facts.ready)
+    }
+
+    enum EnterAction: Equatable {
+        case none
+        /// Call `execute()` with this generation (then feed `executeReturned`); arm the timer with
+        /// this token if there is one.
+        case execute(generation: UInt64, timer: UInt64?)
+        /// A `cancel()` or `finish` arrived during the announcement: the outcome is decided.
+        case finish
+    }
+
+    /// The start announcement is done (`isExecuting`, delegate, start observers).
+    mutating func startAnnounced(armsTimer: Bool) -> EnterAction {
+        guard case .starting(let early) = phase else { return .none }
+        if let result = cancelRequested ? .cancelled : early {
+            decide(result, wasExecuting: true)
+            return .finish
+        }
+        let generation = mint()
+        phase = .executing(.inside(generation: generation, cancelOwed: false, rerunOwed: false))
+        if armsTimer { timer = mint() }
+        return .execute(generation: generation, timer: timer)
+    }
+
+    // MARK: - Execute and reruns
+
+    enum ReturnAction: Equatable {
+        case none
+        /// A cancellation arrived while `execute()` ran: call `didCancel()`.
+        case deliverCancel
+        /// A rerun was requested: hop to another thread with this token, then feed `hopLanded`.
+        case hop(token: UInt64)
+        /// A rerun and a cancellation both arrived: the outcome is `cancelled`.
+        case finish
+    }
+
+    /// The `execute()` call of `generation` returned.
+    mutating func executeReturned(generation: UInt64) -> ReturnAction {
+        guard case .executing(.inside(generation, let cancelOwed, let rerunOwed)) = phase else { return .none }
+        if rerunOwed && cancelRequested {
+            decide(.cancelled, wasExecuting: true)
+            return .finish
+        }
+        if rerunOwed {
+            let token = mint()
+            phase = .executing(.hopping(token: token))
+            return .hop(token: token)
+        }
+        phase = .executing(.idle)
+        return cancelOwed ? .deliverCancel : .none
+    }
+
+    enum HopAction: Equatable {
+        case none
+        case execute(generation: UInt64)
+    }
+
+    /// A rerun's hop landed on its thread.
+    mutating func hopLanded(token: UInt64) -> HopAction {
+        guard case .executing(.hopping(token)) = phase else { return .none }
+        let generation = mint()
+        phase = .executing(.inside(generation: generation, cancelOwed: false, rerunOwed: false))
+        return .execute(generation: generation)
+    }
+
+    enum RerunAction: Equatable {
+        case none
+        case hop(token: UInt64)
+    }
+
+    /// `execute()` is asked to run again: after the current call returns (where a cancellation that
+    /// arrived by then finishes the operation cancelled instead), or now on another thread. Ignored when
+    /// not executing, decided, or cancelled outside `execute()`: `didCancel()` was delivered, and the
+    /// subclass finishes from there.
+    mutating func rerun() -> RerunAction {
+        guard case .executing(let call) = phase else { return .none }
+        switch call {
+        case .inside(let generation, let cancelOwed, _):
+            phase = .executing(.inside(generation: generation, cancelOwed: cancelOwed, rerunOwed: true))
+            return .none
+        case .idle where !cancelRequested:
+            let token = mint()
+            phase = .executing(.hopping(token: token))
+            return .hop(token: token)
+        case .idle, .hopping:
+            return .none
+        }
+    }
+
+    // MARK: - Cancel and finish
+
+    enum CancelAction: Equatable {
+        case none
+        /// Call `didCancel()`.
+        case deliverCancel
+        /// The outcome is decided `cancelled` (a rerun was on its way): tell it.
+        case finish
+    }
+
+    mutating func cancel() -> CancelAction {
+        guard decided == nil, !cancelRequested else { return .none }
+        cancelRequested = true
+        guard case .executing(let call) = phase else { return .none }
+        switch call {
+        case .idle:
+            return .deliverCancel
+        case .inside(let generation, _, let rerunOwed):
+            phase = .executing(.inside(generation: generation, cancelOwed: true, rerunOwed: rerunOwed))
+            return .none
+        case .hopping:
+            decide(.cancelled, wasExecuting: true)
+            return .finish
+        }
+    }
+
+    enum FinishAction: Equatable {
+        /// Kept until the operation starts.
+        case remembered
+        case report(Diagnostic.Kind)
+        /// The outcome is decided: tell it (reporting a dropped result first if `droppedResult`).
+        case finish(droppedResult: Bool)
+    }
+
+    /// `finish` with `result`; `carriesResult` when it brings an output or an error that a
+    /// cancellation would drop.
+    mutating func finish(_ result: Result, carriesResult: Bool) -> FinishAction {
+        switch phase {
+        case .pending(let early), .starting(let early):
+            if cancelRequested { return .report(.finishedAfterCancellation) }
+            if early != nil { return .report(.finishedTwice) }
+            if case .pending = phase { phase = .pending(early: result) } else { phase = .starting(early: result) }
+            return .remembered
+        case .executing:
+            decide(cancelRequested ? .cancelled : result, wasExecuting: true)
+            return .finish(droppedResult: cancelRequested && carriesResult)
+        case .finishing, .finished:
+            return .report(.finishedTwice)
+        }
+    }
+
+    enum TimerAction: Equatable {
+        case none
+        /// Report `timedOut`, then perform the cancellation's action.
+        case timedOut(CancelAction)
+    }
+
+    /// The timer of `token` fired. The check and the cancellation are one step.
+    mutating func timerFired(token: UInt64) -> TimerAction {
+        guard timer == token, case .executing = phase, !cancelRequested else { return .none }
+        timer = nil
+        return .timedOut(cancel())
+    }
+
+    enum CommitAction: Equatable {
+        case none
+        /// Announce `isFinished` (and `isExecuting` when `wasExecuting`), then run the finished
+        /// hooks and resume every wait.
+        case announce(wasExecuting: Bool)
+    }
+
+    /// The decided outcome has been told (delegate, observers, unlaunched children retired).
+    mutating func outcomeDelivered() -> CommitAction {
+        guard case .finishing(let result, let wasExecuting) = phase else { return .none }
+        phase = .finished(result)
+        waits = []
+        return .announce(wasExecuting: wasExecuting)
+    }
+
+    // MARK: - Waits
+
+    enum WaitRegistration: Equatable {
+        /// Resumed when the operation finishes, unless released first with `waitEnded`.
+        case registered(token: UInt64)
+        /// Already finished: read the outcome.
+        case finished
+        /// The waiting thread is the one that must finish the operation.
+        case refused
+    }
+
+    /// A wait begins. `selfBlocking`: the waiting thread is inside this operation's own start or
+    /// outcome callouts, which must return before it can finish.
+    mutating func registerWait(selfBlocking: Bool) -> WaitRegistration {
+        if case .finished = phase { return .finished }
+        if selfBlocking { return .refused }
+        let token = mint()
+        waits.insert(token)
+        return .registered(token: token)
+    }
+
+    /// A wait ended early (timed out, or its task was cancelled). `true` when it was still
+    /// registered: the shell releases what it held for it.
+    mutating func waitEnded(token: UInt64) -> Bool {
+        waits.remove(token) != nil
+    }
+
+    // MARK: - Custody
+
+    enum Refusal: Equatable {
+        case finished, executing, taken
+    }
+
+    /// A Baton entry point takes the operation; `nil` when it may.
+    mutating func claim() -> Refusal? {
+        switch phase {
+        case .finished, .finishing: return .finished
+        case .starting, .executing: return .executing
+        case .pending:
+            guard custody == .unclaimed else { return .taken }
+            custody = .claimed
+            return nil
+        }
+    }
+
+    /// A claim that was never used is given back.
+    mutating func unclaim() {
+        if custody == .claimed { custody = .unclaimed }
+    }
+
+    enum LaunchAction: Equatable {
+        case none
+        /// Add it to the queue, which alone may start it now.
+        case enqueue
+        /// Cancelled or finished early: start it here, never through a queue.
+        case startHere
+    }
+
+    /// The claimant hands the operation to a queue.
+    mutating func launch(on key: QueueKey) -> LaunchAction {
+        guard case .pending(let early) = phase, custody == .claimed else { return .none }
+        if cancelRequested || early != nil {
+            custody = .direct
+            return .startHere
+        }
+        custody = .enqueued(key)
+        return .enqueue
+    }
+
+    /// The claimant will never launch it: it is cancelled and Baton starts it here, so that it ends
+    /// without executing.
+    mutating func retire() -> LaunchAction {
+        guard custody == .claimed || custody == .unclaimed, isPending else { return .none }
+        custody = .direct
+        cancelRequested = true
+        return .startHere
+    }
+}
+
+extension Lifecycle.Phase: Equatable where Result: Equatable {}
+extension Lifecycle.Phase: Hashable where Result: Hashable {}
+extension Lifecycle: Equatable where Result: Equatable {}
+extension Lifecycle: Hashable where Result: Hashable {}

@@ -1,0 +1,438 @@
+import Foundation
+import XCTest
+
+@testable import Baton
+
+/// Explores every order of lifecycle events up to a bounded depth and checks the lifecycle's
+/// invariants on every path. `Lifecycle` is pure, so the whole space of interleavings of the actors
+/// below can be enumerated without a thread: what threads can do to an operation is exactly what this
+/// test feeds the machine, one event at a time, in every order.
+///
+/// Actors and their budgets: the queue (a start, plus one misuse start by a stranger), the user
+/// (cancel ×2, finish ×2, rerun ×2), the claimant (claim, unclaim, launch, retire), waiters (register
+/// ×2, each may end early), and the echoes the shell feeds back later: the start announcement done,
+/// `execute()` returning, a rerun's hop landing, a timer firing, the outcome told. The body of
+/// `execute()` is covered by the user's events arriving while a call is inside.
+final class LifecycleExplorationTests: XCTestCase {
+    enum Result: Hashable, LifecycleOutcome {
+        case succeeded, failed, cancelled
+        var isCancelled: Bool { self == .cancelled }
+    }
+
+    typealias Machine = Lifecycle<Result>
+
+    /// The machine, the echoes in flight, the actors' budgets and a ledger of what the shell did.
+    struct World: Hashable {
+        var machine = Machine()
+        // Echoes in flight.
+        var announcing = false
+        var inside: UInt64?
+        var hops: Set<UInt64> = []
+        var timers: Set<UInt64> = []
+        var delivering = false
+        // Budgets.
+        var queueStarts = 1
+        var strangerStarts = 1
+        var cancels = 2
+        var finishes = 2
+        var reruns = 2
+        var claims = 1
+        var unclaims = 1
+        var launches = 1
+        var retires = 1
+        var waitsToRegister = 2
+        // Ledger.
+        var liveWaits: Set<UInt64> = []
+        var told = 0
+        var executesEntered = 0
+        var didCancels = 0
+        var executingAnnounced = 0
+        var finishedAnnounced = 0
+        var enqueues = 0
+    }
+
+    /// One event an actor can feed in a world.
+    enum Event: Hashable, CustomStringConvertible {
+        case queueStart(skip: Result?)
+        case strangerStart
+        case startAnnounced(timer: Bool)
+        case executeReturned
+        case hopLanded(UInt64)
+        case timerFired(UInt64)
+        case outcomeDelivered
+        case cancel
+        case finish(Result)
+        case rerun
+        case claim, unclaim, launch, retire
+        case registerWait
+        case endWait(UInt64)
+
+        var description: String {
+            switch self {
+            case .queueStart(let skip): return skip.map { "queueStart(skip: \($0))" } ?? "queueStart"
+            case .strangerStart: return "strangerStart"
+            case .startAnnounced(let timer): return timer ? "startAnnounced(timer)" : "startAnnounced"
+            case .executeReturned: return "executeReturned"
+            case .hopLanded(let token): return "hopLanded(\(token))"
+            case .timerFired(let token): return "timerFired(\(token))"
+            case .outcomeDelivered: return "outcomeDelivered"
+            case .cancel: return "cancel"
+            case .finish(let result): return "finish(\(result))"
+            case .rerun: return "rerun"
+            case .claim: return "claim"
+            case .unclaim: return "unclaim"
+            case .launch: return "launch"
+            case .retire: return "retire"
+            case .registerWait: return "registerWait"
+            case .endWait(let token): return "endWait(\(token))"
+            }
+        }
+    }
+
+    static let queue = Machine.QueueKey(queue: ObjectIdentifier(LifecycleExplorationTests.self), onMainThread: false)
+
+    func enabledEvents(_ world: World) -> [Event] {
+        var events = [Event]()
+        if world.queueStarts > 0 {
+            events += [.queueStart(skip: nil), .queueStart(skip: .failed), .queueStart(skip: .cancelled)]
+        }
+        if world.strangerStarts > 0 { events.append(.strangerStart) }
+        if world.announcing { events += [.startAnnounced(timer: false), .startAnnounced(timer: true)] }
+        if world.inside != nil { events.append(.executeReturned) }
+        events += world.hops.sorted().map(Event.hopLanded)
+        events += world.timers.sorted().map(Event.timerFired)
+        if world.delivering { events.append(.outcomeDelivered) }
+        if world.cancels > 0 { events.append(.cancel) }
+        if world.finishes > 0 { events += [.finish(.succeeded), .finish(.failed)] }
+        if world.reruns > 0 { events.append(.rerun) }
+        if world.claims > 0 { events.append(.claim) }
+        if world.unclaims > 0 { events.append(.unclaim) }
+        if world.launches > 0 { events.append(.launch) }
+        if world.retires > 0 { events.append(.retire) }
+        if world.waitsToRegister > 0 { events.append(.registerWait) }
+        events += world.liveWaits.sorted().map(Event.endWait)
+        return events
+    }
+
+    struct Violation: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    // MARK: - Applying an event as the shell does
+
+    func apply(_ event: Event, to world: World) throws -> World {
+        var next = world
+        switch event {
+        case .queueStart(let skip):
+            next.queueStarts -= 1
+            let caller = Machine.Caller(queue: Self.queue.queue, isMainThread: false)
+            try start(&next, Machine.StartFacts(caller: caller, skip: skip, ready: true))
+        case .strangerStart:
+            next.strangerStarts -= 1
+            try start(&next, Machine.StartFacts(caller: Machine.Caller(queue: nil, isMainThread: false), skip: nil, ready: true))
+        case .startAnnounced(let timer):
+            next.announcing = false
+            switch next.machine.startAnnounced(armsTimer: timer) {
+            case .none: throw Violation(description: "startAnnounced found no start to enter")
+            case .finish: try told(&next)
+            case .execute(let generation, let token):
+                try enterExecute(&next, generation)
+                if let token { next.timers.insert(token) }
+            }
+        case .executeReturned:
+            next.inside = nil
+            switch next.machine.executeReturned(generation: world.inside!) {
+            case .none: break
+            case .deliverCancel: try deliverCancel(&next)
+            case .hop(let token): next.hops.insert(token)
+            case .finish: try told(&next)
+            }
+        case .hopLanded(let token):
+            next.hops.remove(token)
+            if case .execute(let generation) = next.machine.hopLanded(token: token) { try enterExecute(&next, generation) }
+        case .timerFired(let token):
+            next.timers.remove(token)
+            if case .timedOut(let action) = next.machine.timerFired(token: token) {
+                if world.machine.decided != nil { throw Violation(description: "a timer fired on a decided operation") }
+                try cancelled(&next, action)
+            }
+        case .outcomeDelivered:
+            next.delivering = false
+            guard case .announce(let wasExecuting) = next.machine.outcomeDelivered() else {
+                throw Violation(description: "outcomeDelivered found nothing to commit")
+            }
+            if wasExecuting != (world.executingAnnounced == 1) {
+                throw Violation(
+                    description: "isExecuting announced \(world.executingAnnounced) times, finish says \(wasExecuting)")
+            }
+            next.finishedAnnounced += 1
+            // Every registered wait is resumed, once.
+            next.liveWaits = []
+        case .cancel:
+            next.cancels -= 1
+            try cancelled(&next, next.machine.cancel())
+        case .finish(let result):
+            next.finishes -= 1
+            switch next.machine.finish(result, carriesResult: true) {
+            case .remembered, .report: break
+            case .finish: try told(&next)
+            }
+        case .rerun:
+            next.reruns -= 1
+            if case .hop(let token) = next.machine.rerun() { next.hops.insert(token) }
+        case .claim:
+            next.claims -= 1
+            _ = next.machine.claim()
+        case .unclaim:
+            next.unclaims -= 1
+            next.machine.unclaim()
+        case .launch:
+            next.launches -= 1
+            let before = next.machine.custody
+            switch next.machine.launch(on: Self.queue) {
+            case .none: break
+            case .enqueue:
+                if before != .claimed { throw Violation(description: "enqueued from custody \(before)") }
+                if world.machine.cancelRequested { throw Violation(description: "a cancelled operation was enqueued") }
+                next.enqueues += 1
+            case .startHere:
+                try start(
+                    &next, Machine.StartFacts(caller: Machine.Caller(queue: nil, isMainThread: false), skip: nil, ready: true))
+            }
+        case .retire:
+            next.retires -= 1
+            if next.machine.retire() == .startHere {
+                try start(
+                    &next, Machine.StartFacts(caller: Machine.Caller(queue: nil, isMainThread: false), skip: nil, ready: true))
+            }
+        case .registerWait:
+            next.waitsToRegister -= 1
+            switch next.machine.registerWait(selfBlocking: false) {
+            case .registered(let token): next.liveWaits.insert(token)
+            case .finished:
+                if next.machine.finished == nil { throw Violation(description: "a wait saw an unfinished operation finished") }
+            case .refused: throw Violation(description: "a wait was refused without a reason")
+            }
+        case .endWait(let token):
+            next.liveWaits.remove(token)
+            if !next.machine.waitEnded(token: token) { throw Violation(description: "a live wait was not registered") }
+        }
+        return next
+    }
+
+    private func start(_ world: inout World, _ facts: Machine.StartFacts) throws {
+        let custody = world.machine.custody
+        switch world.machine.start(facts) {
+        case .refuse:
+            break
+        case .finishUnexecuted:
+            try told(&world)
+        case .announce:
+            if case .enqueued(let key) = custody, facts.caller.queue != key.queue {
+                throw Violation(description: "a stranger started an operation its queue holds")
+            }
+            if custody == .claimed { throw Violation(description: "a claimed operation was started") }
+            world.announcing = true
+            world.executingAnnounced += 1
+            if world.executingAnnounced > 1 { throw Violation(description: "isExecuting announced twice") }
+        }
+    }
+
+    private func enterExecute(_ world: inout World, _ generation: UInt64) throws {
+        if world.inside != nil { throw Violation(description: "execute() entered while a call is inside") }
+        if world.machine.decided != nil { throw Violation(description: "execute() entered on a decided operation") }
+        if world.machine.cancelRequested { throw Violation(description: "execute() entered on a cancelled operation") }
+        world.inside = generation
+        world.executesEntered += 1
+    }
+
+    private func deliverCancel(_ world: inout World) throws {
+        if world.inside != nil { throw Violation(description: "didCancel() while execute() runs") }
+        if world.executesEntered == 0 { throw Violation(description: "didCancel() before execute()") }
+        world.didCancels += 1
+        if world.didCancels > 1 { throw Violation(description: "didCancel() twice") }
+    }
+
+    private func cancelled(_ world: inout World, _ action: Machine.CancelAction) throws {
+        switch action {
+        case .none: break
+        case .deliverCancel: try deliverCancel(&world)
+        case .finish: try told(&world)
+        }
+    }
+
+    private func told(_ world: inout World) throws {
+        world.told += 1
+        if world.told > 1 { throw Violation(description: "the outcome was told twice") }
+        if world.machine.decided == nil { throw Violation(description: "told an undecided outcome") }
+        world.delivering = true
+    }
+
+    // MARK: - Invariants of a world
+
+    func check(_ world: World, after previous: World, event: Event) throws {
+        if world.finishedAnnounced > 1 { throw Violation(description: "isFinished announced twice") }
+        if world.machine.waits != world.liveWaits {
+            throw Violation(description: "waits \(world.machine.waits) registered, \(world.liveWaits) live")
+        }
+        if world.machine.finished != nil && !world.machine.waits.isEmpty {
+            throw Violation(description: "a wait outlived the finish")
+        }
+        if previous.machine.finished != nil && world.machine != previous.machine {
+            throw Violation(description: "\(event) changed a finished operation")
+        }
+        if world.enqueues > 1 { throw Violation(description: "enqueued twice") }
+        if case .finishing = world.machine.phase, !world.delivering {
+            throw Violation(description: "an outcome is decided but nobody tells it")
+        }
+        if world.machine.timer != nil, world.machine.decided != nil {
+            throw Violation(description: "a timer armed on a decided operation")
+        }
+    }
+
+    /// Liveness: from any world, the echoes in flight, a start by the custodian and one finish by the
+    /// subclass reach `finished`.
+    func finishes(from world: World) throws -> Bool {
+        var world = world
+        world.finishes = max(world.finishes, 1)
+        world.queueStarts = max(world.queueStarts, 1)
+        for _ in 0..<40 {
+            if world.machine.finished != nil { return true }
+            let event: Event
+            if world.delivering {
+                event = .outcomeDelivered
+            } else if world.announcing {
+                event = .startAnnounced(timer: false)
+            } else if world.inside != nil {
+                event = .executeReturned
+            } else if let hop = world.hops.sorted().last {
+                event = .hopLanded(hop)
+            } else if world.machine.isPending {
+                if world.machine.custody == .claimed {
+                    world.launches = 1
+                    event = .launch
+                } else {
+                    event = .queueStart(skip: nil)
+                }
+            } else {
+                event = .finish(.succeeded)
+            }
+            world = try apply(event, to: world)
+        }
+        return world.machine.finished != nil
+    }
+
+    // MARK: - The exploration
+
+    func testEveryInterleavingKeepsTheInvariants() throws {
+        let depth = ProcessInfo.processInfo.environment["BATON_EXPLORATION_DEPTH"].flatMap(Int.init) ?? 9
+        var layer: [World: Double] = [World(): 1]
+        var traces: [World: [Event]] = [World(): []]
+        var states = 1
+        var transitions = 0
+        var paths = 1.0
+        var finishedWorlds = 0
+        for _ in 0..<depth {
+            var nextLayer: [World: Double] = [:]
+            var nextTraces: [World: [Event]] = [:]
+            for (world, count) in layer {
+                let trace = traces[world]!
+                for event in enabledEvents(world) {
+                    transitions += 1
+                    let next: World
+                    do {
+                        next = try apply(event, to: world)
+                        // Determinism: the same state and event give the same state.
+                        XCTAssertEqual(try apply(event, to: world), next)
+                        try check(next, after: world, event: event)
+                    } catch {
+                        return XCTFail(
+                            "\(error) after \((trace + [event]).map(String.init(describing:)).joined(separator: ", "))")
+                    }
+                    if nextLayer[next] == nil {
+                        nextTraces[next] = trace + [event]
+                        do {
+                            guard try finishes(from: next) else {
+                                return XCTFail("cannot finish after \((trace + [event]).map(String.init(describing:)))")
+                            }
+                        } catch {
+                            return XCTFail("\(error) while finishing after \((trace + [event]).map(String.init(describing:)))")
+                        }
+                        if next.machine.finished != nil { finishedWorlds += 1 }
+                    }
+                    nextLayer[next, default: 0] += count
+                }
+            }
+            states += nextLayer.count
+            paths = nextLayer.values.reduce(0, +)
+            layer = nextLayer
+            traces = nextTraces
+        }
+        print(
+            "lifecycle exploration: depth \(depth), \(states) states, \(transitions) transitions, "
+                + "\(String(format: "%.3g", paths)) event orders of length \(depth), \(finishedWorlds) finished states; invariants hold"
+        )
+        XCTAssertGreaterThan(states, 10_000)
+    }
+
+    // MARK: - The adversaries' orders, as fixed traces
+
+    func run(_ events: [Event]) throws -> World {
+        var world = World()
+        for event in events {
+            let next = try apply(event, to: world)
+            try check(next, after: world, event: event)
+            world = next
+        }
+        return world
+    }
+
+    /// Defect 11: a second start while a skipped operation's outcome is being told finishes nothing.
+    func testASecondStartWhileASkipIsToldIsRefused() throws {
+        var world = try run([.cancel, .queueStart(skip: nil)])
+        XCTAssertEqual(
+            world.machine.start(.init(caller: .init(queue: nil, isMainThread: false), skip: nil, ready: true)),
+            .refuse(.startedTwice))
+    }
+
+    /// Defect 1: a rerun on its way to another thread is stale once a cancel has decided the outcome.
+    func testACancelWhileARerunHopsFinishesCancelledAndTheHopIsStale() throws {
+        let world = try run([.queueStart(skip: nil), .startAnnounced(timer: false), .executeReturned, .rerun, .cancel])
+        XCTAssertEqual(world.machine.decided, .cancelled)
+        XCTAssertEqual(world.executesEntered, 1)
+        let token = try XCTUnwrap(world.hops.first)
+        let landed = try run([
+            .queueStart(skip: nil), .startAnnounced(timer: false), .executeReturned, .rerun, .cancel, .hopLanded(token),
+        ])
+        XCTAssertEqual(landed.executesEntered, 1, "the body ran again on a cancelled operation")
+    }
+
+    /// Defect 12: cancel, then a rerun from outside `execute()`, then the subclass's finish from
+    /// `didCancel()`: one outcome, no report of a second finish.
+    func testARerunAfterADeliveredCancelIsIgnored() throws {
+        var world = try run([.queueStart(skip: nil), .startAnnounced(timer: false), .executeReturned, .cancel, .rerun])
+        XCTAssertEqual(world.didCancels, 1)
+        XCTAssertNil(world.machine.decided)
+        XCTAssertEqual(world.machine.finish(.succeeded, carriesResult: false), .finish(droppedResult: false))
+        XCTAssertEqual(world.machine.decided, .cancelled)
+    }
+
+    /// Defect 12: the timer's check and its cancellation are one step; a timer that fires after the
+    /// outcome was decided does nothing, not even a report.
+    func testATimerFiringAfterTheFinishIsStale() throws {
+        let world = try run([.queueStart(skip: nil), .startAnnounced(timer: true), .finish(.succeeded)])
+        var machine = world.machine
+        let token = try XCTUnwrap(world.timers.first)
+        XCTAssertEqual(machine.timerFired(token: token), .none)
+    }
+
+    /// Defect 7: a wait that ends early takes its registration with it.
+    func testAWaitThatEndsEarlyLeavesNothingRegistered() throws {
+        var machine = Machine()
+        guard case .registered(let token) = machine.registerWait(selfBlocking: false) else { return XCTFail() }
+        XCTAssertTrue(machine.waitEnded(token: token))
+        XCTAssertTrue(machine.waits.isEmpty)
+        XCTAssertFalse(machine.waitEnded(token: token), "ended twice")
+        XCTAssertEqual(machine.registerWait(selfBlocking: true), .refused)
+    }
+}
