@@ -155,7 +155,7 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
             state.isCancelled = true
             return state.unfinished
         }) where !operation.isFinished {
-            operation.cancel()
+            operation.cancelHeld()
         }
     }
 
@@ -313,7 +313,7 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
                 state.current = made
                 return state.isCancelled
             }
-            if cancelled { made.cancel() }
+            if cancelled { made.cancelHeld() }
             next = made
         }
         if let error = Handoff.pass(from: finished, to: next, adapter: adapter) { recordFailure(error) }

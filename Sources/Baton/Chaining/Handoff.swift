@@ -10,7 +10,7 @@ enum Handoff {
     static func pass(from upstream: Operation, to downstream: Operation, adapter: ChainAdapter) -> (any Error)? {
         switch upstream.observedOutcome {
         case .cancelled:
-            downstream.cancel()
+            downstream.cancelHeld()
             return nil
         case .failed(let error):
             if let baton = downstream as? AsyncOperation, baton.dependencyPolicy == .runRegardless {
@@ -37,7 +37,7 @@ enum Handoff {
     /// Fails a Baton operation before it starts; a plain Foundation operation can only be cancelled.
     private static func fail(_ downstream: Operation, with error: any Error) {
         guard let baton = downstream as? AsyncOperation else {
-            downstream.cancel()
+            downstream.cancelHeld()
             return
         }
         if !baton.isCancelled { baton.finish(throwing: error) }

@@ -144,7 +144,8 @@ final class ChildGroup: @unchecked Sendable {
                 return .keep
             }
             state.running += 1
-            return .launch(index: index, cancelled: state.isCancelled || ownerCancelled)
+            // A group that cancelled its children after a failure cancels late ones too.
+            return .launch(index: index, cancelled: state.isCancelled || state.siblingsCancelled || ownerCancelled)
         }
         switch decided {
         case .closed:
@@ -156,7 +157,7 @@ final class ChildGroup: @unchecked Sendable {
         case .keep:
             break
         case .launch(let index, let cancelled):
-            if cancelled { child.cancel() }
+            if cancelled { child.cancelHeld() }
             launch([(index, child)])
         }
     }
@@ -207,7 +208,7 @@ final class ChildGroup: @unchecked Sendable {
             state.isClosed = true
             return (cancel, state.errors)
         }
-        for sibling in cancel where !sibling.isFinished { sibling.cancel() }
+        for sibling in cancel where !sibling.isFinished { sibling.cancelHeld() }
         if let finished { owner?.allChildrenDidFinish(errors: finished) }
     }
 
@@ -219,7 +220,7 @@ final class ChildGroup: @unchecked Sendable {
             state.suspensionVersion += 1
             return state.live.values.map(\.operation)
         }
-        for child in children where !child.isFinished { child.cancel() }
+        for child in children where !child.isFinished { child.cancelHeld() }
         applySuspension()
     }
 

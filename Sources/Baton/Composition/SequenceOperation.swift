@@ -219,7 +219,7 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
     public final override func didCancel() {
         let current = steps.withLock { $0.current }
         if let current, !current.isFinished {
-            current.cancel()
+            current.cancelHeld()
         } else {
             stop(.cancelled)
         }

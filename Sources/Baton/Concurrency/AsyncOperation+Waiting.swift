@@ -89,6 +89,13 @@ extension AsyncOperation {
             throw .wouldDeadlock(operation: reference, reason: Self.selfWaitReason)
         case .waiting(let token):
             launch()
+            // In a callback nested so deep that Baton deferred work on this thread until it returns,
+            // what the wait needs may be that work: unless the operation already finished, refuse
+            // rather than time out.
+            if Trampoline.hasDeferredWork, done.wait(timeout: .now()) == .timedOut, endWait(token) {
+                onTimeout()
+                throw .wouldDeadlock(operation: reference, reason: Self.deferredWorkReason)
+            }
             if done.wait(timeout: timeout.deadlineFromNow) == .timedOut, endWait(token) {
                 onTimeout()
                 throw .timedOut(operation: reference, after: timeout)
@@ -97,6 +104,9 @@ extension AsyncOperation {
             return storedOutcome ?? .cancelled
         }
     }
+
+    static let deferredWorkReason =
+        "called from a callback nested so deep that Baton deferred work on this thread until it returns"
 
     static let selfWaitReason =
         "waited for from inside its own start or outcome callbacks, which must return before it can finish"

@@ -29,7 +29,17 @@ public final class AsyncTaskOperation<Output: Sendable>: ResultOperation<Output>
     /// Starts the task.
     public override func execute() {
         let body = self.body
-        let running = Task(priority: priority) {
+        // The task knows the queue whose slot this operation holds: an `async` wait inside it for
+        // work on that queue is refused when the queue could run nothing else (RunningQueue).
+        let running = RunningQueue.$current.withValue(OperationQueue.current.map(ObjectIdentifier.init)) {
+            makeTask(body)
+        }
+        task.withLock { $0 = running }
+        if isCancelled { running.cancel() }
+    }
+
+    private func makeTask(_ body: @escaping @Sendable () async throws -> Output) -> Task<Void, Never> {
+        Task(priority: priority) {
             do {
                 let output = try await body()
                 finish(with: output)
@@ -42,8 +52,6 @@ public final class AsyncTaskOperation<Output: Sendable>: ResultOperation<Output>
                 }
             }
         }
-        task.withLock { $0 = running }
-        if isCancelled { running.cancel() }
     }
 
     /// Cancels the task.

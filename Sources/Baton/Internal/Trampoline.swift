@@ -42,6 +42,12 @@ enum Trampoline {
         if local.depth == 0 { local.drain() }
     }
 
+    /// Whether this thread holds Baton work deferred until its stack unwinds: a blocking wait here
+    /// could be waiting for exactly that work.
+    static var hasDeferredWork: Bool {
+        LocalQueue.current.hasDeferredWork
+    }
+
     /// Releases `value` through ``run(_:)``, so that releasing a nest of composites does not recurse.
     static func dispose<Value>(_ value: consuming Value) {
         let box = Box(value)
@@ -63,6 +69,8 @@ enum Trampoline {
         private var stack: [() -> Void] = []
         /// Work deferred by the item that is running now, in order.
         private var scheduled: [() -> Void] = []
+
+        var hasDeferredWork: Bool { !stack.isEmpty || !scheduled.isEmpty }
 
         func append(_ work: @escaping () -> Void) {
             scheduled.append(work)

@@ -465,10 +465,12 @@ private func json(_ text: String) -> String {
     return "\"" + body + "\""
 }
 
-/// A Graphviz string literal (a line break is a centred `\n`).
+/// A Graphviz string literal (a line break is a centred `\n`). Graphviz decodes HTML entities such
+/// as `&#9829;` in labels, so `&` is written as `&amp;`.
 private func dot(_ text: String) -> String {
     let body = escaping(text) { scalar in
         switch scalar {
+        case "&": return "&amp;"
         case "\"": return "\\\""
         case "\\": return "\\\\"
         case "\n": return "\\n"
@@ -479,11 +481,13 @@ private func dot(_ text: String) -> String {
     return "\"" + body + "\""
 }
 
-/// Text for a Mermaid label in double quotes: entities for what Mermaid reads as syntax, a space for
-/// a line break, nothing for other control characters.
+/// Text for a Mermaid label in double quotes: entities for what Mermaid reads as syntax (`#` too,
+/// which starts an entity code such as `#9829;`), a space for a line break, nothing for other control
+/// characters.
 private func mermaidText(_ text: String) -> String {
     escaping(text) { scalar in
         switch scalar {
+        case "#": return "#35;"
         case "&": return "#amp;"
         case "\"": return "#quot;"
         case "<": return "#lt;"

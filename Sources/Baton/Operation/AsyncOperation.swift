@@ -282,7 +282,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     /// it does nothing.
     public final override func cancel() {
         if let target = cancellationTarget {
-            target.cancel()
+            target.cancelHeld()
             return
         }
         let (action, telling): (Life.CancelAction, Telling?) = core.withLock { state in

@@ -78,6 +78,28 @@ extension Operation {
         for operation in operations { operation.retire() }
     }
 
+    /// Cancels an operation that a Baton structure (a chain, a composite) holds: the one way Baton
+    /// cancels anything it holds.
+    ///
+    /// A Baton operation takes it as any `cancel()`: Foundation never hears of it. A Foundation
+    /// operation is told through Foundation, which then starts it at once, before its dependencies
+    /// have finished; on Linux each unfinished dependency keeps an unretained pointer to it and
+    /// dereferences it when it finishes. So the operation is kept alive until every dependency that
+    /// had not finished has finished (a Baton one: announced `isFinished`; a Foundation one: run its
+    /// completion, which comes after it let go of its dependents).
+    func cancelHeld() {
+        if self is AsyncOperation { return cancel() }
+        guard !isFinished else { return }
+        let unfinished = dependencies.filter { !$0.isFinished }
+        if !unfinished.isEmpty {
+            let kept = UncheckedSendable(value: self)
+            let countdown = Countdown(events: unfinished.count) { withExtendedLifetime(kept) {} }
+            for dependency in unfinished { dependency.observeCompletionOnce { countdown.tick() } }
+            countdown.tick()
+        }
+        cancel()
+    }
+
     /// Finishes a claimed operation that will never be launched: cancelled, then started here, so that
     /// it ends without executing and nobody waiting on it hangs. Runs on the trampoline, so retiring a
     /// nest of composites does not recurse.
@@ -89,7 +111,7 @@ extension Operation {
             let startsHere = baton.core.withLock { $0.life.retire() } == .startHere
             if startsHere { Trampoline.run { baton.start() } }
         } else {
-            cancel()
+            cancelHeld()
             if !isFinished && !isExecuting && isCancelled { Trampoline.run { self.start() } }
             ForeignCustody.release(self)
         }

@@ -1,0 +1,388 @@
+import Dispatch
+import Foundation
+import XCTest
+
+@testable import Baton
+
+/// One test (or more) per defect of the third adversarial review (against 0.1.0), named after the
+/// behaviour that must hold. Racy ones run enough trials, with a gate to widen the window, that
+/// 0.1.0 fails them essentially every time.
+final class ReliabilityRoundThreeTests: BatonTestCase {
+    // MARK: - 1. A rerun racing a cancel or a finish never runs the body on a decided operation
+
+    func testARerunRacingACancelNeverRunsTheBodyOnACancelledOperation() {
+        let lateRuns = Locked(0)
+        for _ in 0..<2_000 {
+            let firstRun = Gate()
+            let runs = Locked(0)
+            let operation = BodyOperation { operation in
+                if runs.increment() == 1 { return firstRun.open() }
+                if operation.isCancelled || operation.isFinished { lateRuns.increment() }
+                operation.finish()
+            } onCancel: {
+                $0.finish()
+            }
+            DispatchQueue.global().async { operation.start() }
+            firstRun.wait()
+            XCTAssertTrue(eventually { !operation.isInsideExecute })
+            let go = DispatchSemaphore(value: 0)
+            DispatchQueue.global().async {
+                go.wait()
+                operation.cancel()
+            }
+            go.signal()
+            operation.reexecute()
+            waitFinished(operation)
+        }
+        XCTAssertEqual(lateRuns.value, 0, "the body ran again on a cancelled operation")
+    }
+
+    func testARerunRacingAFinishNeverRunsTheBodyOnAFinishedOperation() {
+        let lateRuns = Locked(0)
+        let underlying = DispatchQueue(label: "serial underlying")
+        let queue = OperationQueue()
+        queue.underlyingQueue = underlying
+        for _ in 0..<2_000 {
+            let firstRun = Gate()
+            let runs = Locked(0)
+            let operation = BodyOperation { operation in
+                if runs.increment() == 1 { return firstRun.open() }
+                if operation.outcome != nil || operation.isFinished { lateRuns.increment() }
+            } onCancel: { _ in
+            }
+            DispatchQueue.global().async { _ = try? operation.runToOutcome(on: queue) }
+            firstRun.wait()
+            XCTAssertTrue(eventually { !operation.isInsideExecute })
+            operation.reexecute()
+            operation.finish()
+            waitFinished(operation)
+            // The rerun hops to the queue's serial dispatch queue: once it has drained, the hop landed.
+            underlying.sync {}
+        }
+        XCTAssertEqual(lateRuns.value, 0, "the body ran again on a finished operation")
+    }
+
+    // MARK: - 2. Foundation operations with outside dependencies are never cancelled under them
+
+    func testCancellingAChainWhoseFoundationStageDependsOnAnOutsideOperationIsSafe() throws {
+        for _ in 0..<200 {
+            let outside = ManualOperation()
+            OperationQueue().addOperation(outside)
+            outside.started.wait()
+            let handle = try inScope { () -> ChainHandle<any Sendable> in
+                let stage = BlockOperation {}
+                stage.addDependency(outside)
+                return try OperationQueue().addChain([
+                    ImmediateOperation(.success(1)), stage, AsyncBlockOperation { $0.finish() },
+                ])
+            }
+            handle.cancel()
+            XCTAssertEqual(describe(try handle.waitToOutcome(timeout: testTimeout)), "cancelled")
+            // The stage may be gone from the chain; the outside dependency walks its dependents now.
+            outside.finish(with: 1)
+            waitFinished(outside)
+        }
+    }
+
+    func testCancellingAGroupWhoseFoundationChildDependsOnAnOutsideOperationIsSafe() {
+        for _ in 0..<200 {
+            let outside = ManualOperation()
+            OperationQueue().addOperation(outside)
+            outside.started.wait()
+            let group = inScope { () -> GroupOperation in
+                let child = BlockOperation {}
+                child.addDependency(outside)
+                return GroupOperation(operations: [child, ManualOperation(finishesOnCancel: true)])
+            }
+            OperationQueue().addOperation(group)
+            group.cancel()
+            waitFinished(group)
+            XCTAssertEqual(describe(group.outcome), "cancelled")
+            outside.finish(with: 1)
+            waitFinished(outside)
+        }
+    }
+
+    // MARK: - 5, 6. One deadlock guard for every wait
+
+    func testAnAsyncRunFromATaskOnASerialQueueForWorkOnThatQueueIsRefused() throws {
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        let inner = ImmediateOperation(.success(1), name: "inner")
+        let outer = AsyncTaskOperation<String> {
+            do {
+                _ = try await inner.run(on: queue)
+                return "ran"
+            } catch {
+                return "\(error)"
+            }
+        }
+        let said = try outer.runToOutcome(on: queue)
+        guard case .succeeded(let text) = said else { return XCTFail("\(said)") }
+        XCTAssertTrue(text.contains("serial queue"), text)
+    }
+
+    func testABlockingRunOnAQueueWhoseDispatchQueueIsSerialIsRefusedAtOnce() throws {
+        let underlying = DispatchQueue(label: "serial underlying")
+        let queue = OperationQueue()
+        queue.underlyingQueue = underlying
+        let said = Locked("not run")
+        let outer = AsyncBlockOperation { operation in
+            do {
+                try ImmediateOperation(.success(1), name: "inner").run(on: queue, timeout: .seconds(60))
+                said.mutate { $0 = "ran" }
+            } catch {
+                said.mutate { $0 = "\(error)" }
+            }
+            operation.finish()
+        }
+        _ = try withExtendedLifetime(underlying) { try outer.runToOutcome(on: queue) }
+        XCTAssertTrue(said.value.contains("would deadlock"), said.value)
+    }
+
+    func testABlockingRunOnAQueueThatRunsOnTheMainThreadIsRefusedOnTheMainThread() throws {
+        try XCTSkipUnless(Thread.isMainThread, "XCTest runs this test on the main thread")
+        let queue = OperationQueue()
+        queue.underlyingQueue = DispatchQueue.main
+        XCTAssertThrowsError(try ImmediateOperation(.success(1), name: "inner").run(on: queue, timeout: .seconds(60))) { error in
+            guard case BatonError.wouldDeadlock("inner", _)? = error as? BatonError else { return XCTFail("\(error)") }
+        }
+    }
+
+    func testAWaitInsideTheOperationsOwnOnFinishIsRefusedAtOnce() {
+        let operation = ImmediateOperation(.success(1), name: "self")
+        let said = Locked("not called")
+        operation.onFinish { _ in
+            do {
+                _ = try operation.wait(timeout: .seconds(60))
+                said.mutate { $0 = "returned" }
+            } catch {
+                said.mutate { $0 = "\(error)" }
+            }
+        }
+        finished(operation)
+        XCTAssertTrue(said.value.contains("would deadlock"), said.value)
+    }
+
+    func testABlockingWaitInsideTheOperationsOwnOnStartIsRefusedAtOnce() {
+        let operation = ImmediateOperation(.success(1), name: "self")
+        let said = Locked("not called")
+        operation.onStart {
+            do {
+                _ = try operation.wait(timeout: .seconds(60))
+                said.mutate { $0 = "returned" }
+            } catch {
+                said.mutate { $0 = "\(error)" }
+            }
+        }
+        operation.start()
+        XCTAssertTrue(said.value.contains("would deadlock"), said.value)
+        XCTAssertEqual(describe(operation.outcome), "succeeded(1)")
+    }
+
+    // MARK: - 7. A wait that ends early leaves nothing behind
+
+    func testTimedOutWaitsLeaveNoRegistrationBehind() {
+        let operation = ManualOperation()
+        OperationQueue().addOperation(operation)
+        operation.started.wait()
+        for _ in 0..<20_000 {
+            XCTAssertThrowsError(try operation.wait(timeout: .zero))
+        }
+        XCTAssertEqual(operation.core.withLock { $0.waits.count }, 0)
+        XCTAssertEqual(operation.core.withLock { $0.life.waits.count }, 0)
+        operation.finish(with: 1)
+        waitFinished(operation)
+    }
+
+    func testCancelledValueAwaitsLeaveNoRegistrationBehind() async {
+        let operation = ManualOperation()
+        OperationQueue().addOperation(operation)
+        await operation.started.waitAsync()
+        let tasks = (0..<1_000).map { _ in Task { try await operation.value } }
+        for task in tasks { task.cancel() }
+        for task in tasks { _ = try? await task.value }
+        XCTAssertEqual(operation.core.withLock { $0.waits.count }, 0)
+        XCTAssertEqual(operation.core.withLock { $0.life.waits.count }, 0)
+        operation.finish(with: 1)
+        await Task.yield()
+    }
+
+    // MARK: - 8. Arguments are checked before anything is enqueued
+
+    func testAChainRunWithANegativeTimeoutEnqueuesNothing() throws {
+        let step = ResultBlockOperation<Int> { $0.finish(with: 1) }
+        XCTAssertThrowsError(try Chain(step).run(timeout: .seconds(-1))) { error in
+            guard case BatonError.invalidArgument? = error as? BatonError else { return XCTFail("\(error)") }
+        }
+        // Nothing claimed it, so nothing enqueued it: it is still the caller's to run.
+        XCTAssertEqual(step.core.withLock { $0.life.custody }, .unclaimed)
+        XCTAssertEqual(try step.runToOutcome().output, 1)
+    }
+
+    // MARK: - 9. A child added to a group that cancelled its children after a failure is cancelled
+
+    func testAChildAddedAfterASiblingFailedInACancellingGroupDoesNotRun() throws {
+        let hold = ManualOperation(finishesOnCancel: true)
+        let group = GroupOperation(
+            operations: [ImmediateOperation(.failure(TestError(code: 1))), hold], failurePolicy: .cancelSiblingsOnFailure)
+        OperationQueue().addOperation(group)
+        XCTAssertTrue(eventually { hold.isCancelled })
+        let late = ImmediateOperation(.success(2))
+        do {
+            try group.addChild(late)
+        } catch {
+            // The group may have finished in the meantime: the child was never run, as it must not be.
+            XCTAssertFalse(late.isFinished)
+            return
+        }
+        waitFinished(late)
+        XCTAssertEqual(describe(late.outcome), "cancelled")
+    }
+
+    // MARK: - 11. An operation finishes once, whoever starts it again
+
+    func testStartingASkippedOperationAgainFromItsOwnObserverFinishesItOnce() {
+        let operation = ImmediateOperation(.success(1))
+        let events = Locked<[String]>([])
+        let delegate = CountingDelegate(events: events)
+        operation.delegate = delegate
+        operation.cancel()
+        operation.onFinish { _ in operation.start() }
+        let notifications = Locked(0)
+        operation.installNotificationTap { if $0 == .didChange("isFinished") { notifications.increment() } }
+        operation.start()
+        XCTAssertEqual(events.value, ["cancel"])
+        XCTAssertEqual(notifications.value, 1)
+        XCTAssertEqual(diagnostics.kinds(for: operation), [.startedTwice])
+    }
+
+    func testTwoRacingStartsOfACancelledOperationFinishItOnce() {
+        var twice = 0
+        for _ in 0..<2_000 {
+            let operation = ImmediateOperation(.success(1))
+            operation.cancel()
+            let told = Locked(0)
+            operation.onFinish { _ in told.increment() }
+            let announced = Locked(0)
+            operation.installNotificationTap { if $0 == .didChange("isFinished") { announced.increment() } }
+            DispatchQueue.concurrentPerform(iterations: 2) { _ in operation.start() }
+            if told.value != 1 || announced.value != 1 { twice += 1 }
+        }
+        XCTAssertEqual(twice, 0)
+    }
+
+    // MARK: - 12. The rest of the lifecycle read against the anchors
+
+    func testATimeoutNeverReportsAnOperationThatFinishedFirst() {
+        let queue = OperationQueue()
+        let operations = (0..<2_000).map { _ in
+            let operation = ResultBlockOperation<Int> { operation in
+                DispatchQueue.global().async { operation.finish(with: 1) }
+            }
+            operation.timeout = .zero
+            return operation
+        }
+        queue.addOperations(operations, waitUntilFinished: false)
+        for operation in operations { waitFinished(operation) }
+        for operation in operations where diagnostics.kinds(for: operation).contains(.timedOut) {
+            XCTAssertEqual(describe(operation.outcome), "cancelled", "timedOut reported for an operation that finished first")
+        }
+    }
+
+    func testACancelThenARerunFromOutsideExecuteReportsNoSecondFinish() {
+        let cancelled = Gate()
+        let release = Gate()
+        let runs = Locked(0)
+        let operation = BodyOperation { _ in
+            runs.increment()
+        } onCancel: { operation in
+            cancelled.open()
+            release.wait()
+            operation.finish()
+        }
+        operation.start()
+        DispatchQueue.global().async { operation.cancel() }
+        cancelled.wait()
+        operation.reexecute()
+        release.open()
+        waitFinished(operation)
+        XCTAssertEqual(runs.value, 1)
+        XCTAssertEqual(describe(operation.outcome), "cancelled")
+        XCTAssertEqual(diagnostics.kinds(for: operation), [])
+    }
+
+    func testARerunRunsOnTheDispatchQueueOfTheQueueThatRunsTheOperation() throws {
+        let underlying = DispatchQueue(label: "underlying", attributes: .concurrent)
+        let key = DispatchSpecificKey<String>()
+        underlying.setSpecific(key: key, value: "underlying")
+        let queue = OperationQueue()
+        queue.underlyingQueue = underlying
+        let places = Locked<[String]>([])
+        let operation = ResultBlockOperation<Int> { operation in
+            places.append(DispatchQueue.getSpecific(key: key) ?? "elsewhere")
+            if places.value.count < 3 { operation.rerun() } else { operation.finish(with: 3) }
+        }
+        XCTAssertEqual(try operation.runToOutcome(on: queue).output, 3)
+        XCTAssertEqual(places.value, ["underlying", "underlying", "underlying"])
+    }
+
+    func testSettingsAfterStartAreReported() {
+        let operation = ManualOperation()
+        operation.start()
+        operation.timeout = .seconds(1)
+        operation.dependencyPolicy = .runRegardless
+        XCTAssertNil(operation.timeout)
+        XCTAssertEqual(operation.dependencyPolicy, .skipOnFailureOrCancellation)
+        XCTAssertEqual(diagnostics.kinds(for: operation), [.settingAfterStart, .settingAfterStart])
+        operation.finish(with: 1)
+    }
+
+    // MARK: - 13. Exports escape what their format interprets
+
+    func testMermaidEscapesEntityCodesInNames() throws {
+        let recorder = try FlightRecorder(capacity: 10)
+        let operation = ImmediateOperation(.success(1), name: "love #9829; & <b>")
+        recorder.attach(to: operation)
+        finished(operation)
+        let mermaid = recorder.export(.mermaid)
+        XCTAssertFalse(mermaid.contains("#9829;"), mermaid)
+        XCTAssertFalse(mermaid.contains("<b>"), mermaid)
+        XCTAssertTrue(mermaid.contains("love #35;9829; #amp; #lt;b#gt;"), mermaid)
+        let dot = recorder.export(.graphviz)
+        XCTAssertTrue(dot.contains("love #9829; &amp; <b>"), dot)
+    }
+}
+
+// MARK: - Doubles
+
+/// An operation whose `execute()` and `didCancel()` run the given closures.
+private final class BodyOperation: AsyncOperation, @unchecked Sendable {
+    private let body: @Sendable (BodyOperation) -> Void
+    private let onCancel: @Sendable (BodyOperation) -> Void
+    init(_ body: @escaping @Sendable (BodyOperation) -> Void, onCancel: @escaping @Sendable (BodyOperation) -> Void) {
+        self.body = body
+        self.onCancel = onCancel
+    }
+    override func execute() { body(self) }
+    override func didCancel() { onCancel(self) }
+
+    var isInsideExecute: Bool {
+        core.withLock { state in
+            if case .executing(.inside) = state.life.phase { return true }
+            return false
+        }
+    }
+}
+
+private final class CountingDelegate: AsyncOperationDelegate, @unchecked Sendable {
+    let events: Locked<[String]>
+    init(events: Locked<[String]>) { self.events = events }
+    func operationDidCancel(_ operation: AsyncOperation) { events.append("cancel") }
+    func operation(_ operation: AsyncOperation, didFailWith error: any Error) { events.append("fail") }
+    func operation(_ operation: AsyncOperation, didSucceedWith output: (any Sendable)?) { events.append("succeed") }
+}
+
+private func describe<Output>(_ outcome: Outcome<Output>?) -> String {
+    outcome.map { "\($0)" } ?? "nil"
+}
