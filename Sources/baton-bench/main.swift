@@ -185,6 +185,25 @@ let batonSequence: Workload = { n in
     guard value == max(n, 2) - 1 else { throw BenchmarkFailure(description: "sequence of \(n) produced \(value)") }
 }
 
+/// `n` operations run one after another, each with a blocking `run(on:timeout:)`: what a wait costs.
+let batonWait: Workload = { n in
+    let queue = OperationQueue()
+    for index in 0..<n {
+        let value = try ResultBlockOperation<Int> { $0.finish(with: index) }.run(on: queue, timeout: .seconds(60))
+        guard value == index else { throw BenchmarkFailure(description: "run \(index) produced \(value)") }
+    }
+}
+
+/// The same with Foundation: each `BlockOperation` added, then `waitUntilFinished()`.
+let blockOperationWait: Workload = { n in
+    let queue = OperationQueue()
+    for _ in 0..<n {
+        let operation = BlockOperation {}
+        queue.addOperation(operation)
+        operation.waitUntilFinished()
+    }
+}
+
 /// `workload` with a global `FlightRecorder` that keeps every record (`capacity` nil) or the most
 /// recent `capacity`: the same work, recorded.
 func recorded(_ workload: @escaping Workload, capacity: Int? = nil) -> Workload {
@@ -273,6 +292,8 @@ let workloads: [String: Workload] = [
     "baton-group": batonGroup,
     "baton-sequence": batonSequence,
     "baton-tree": batonTree,
+    "baton-wait": batonWait,
+    "BlockOperation-wait": blockOperationWait,
     "GCD-tree": dispatchTree,
     "empty-process": emptyProcess,
     "baton-chain-generated": batonGeneratedChain,
@@ -362,6 +383,7 @@ let comparisons = [
     Comparison(
         workload: "tree", baton: "baton-tree",
         baselines: [("GCD-tree", .max), ("BlockOperation", options.independentLimit)]),
+    Comparison(workload: "wait", baton: "baton-wait", baselines: [("BlockOperation-wait", .max)]),
     // Recording everything (a global FlightRecorder that drops nothing) against the same work unrecorded.
     Comparison(workload: "rec-chain", baton: "baton-chain-recorded", baselines: [("baton-chain", .max)]),
     Comparison(workload: "rec-group", baton: "baton-group-recorded", baselines: [("baton-group", .max)]),

@@ -272,7 +272,7 @@ final class LifecycleExplorationTests: XCTestCase {
 
     func check(_ world: World, after previous: World, event: Event) throws {
         if world.finishedAnnounced > 1 { throw Violation(description: "isFinished announced twice") }
-        if world.machine.waits != world.liveWaits {
+        if world.machine.waits.all != world.liveWaits {
             throw Violation(description: "waits \(world.machine.waits) registered, \(world.liveWaits) live")
         }
         if world.machine.finished != nil && !world.machine.waits.isEmpty {
@@ -282,6 +282,13 @@ final class LifecycleExplorationTests: XCTestCase {
             throw Violation(description: "\(event) changed a finished operation")
         }
         if world.enqueues > 1 { throw Violation(description: "enqueued twice") }
+        // The outcome kept beside the phase agrees with it.
+        if (world.machine.decided != nil) != world.machine.isDecided {
+            throw Violation(description: "outcome \(String(describing: world.machine.decided)) in phase \(world.machine.phase)")
+        }
+        if world.machine.early != nil && !(world.machine.isPending || world.machine.phase == .starting) {
+            throw Violation(description: "an early finish kept in phase \(world.machine.phase)")
+        }
         if case .finishing = world.machine.phase, !world.delivering {
             throw Violation(description: "an outcome is decided but nobody tells it")
         }

@@ -8,16 +8,58 @@ import XCTest
 /// behaviour that must hold. Racy ones run enough trials, with a gate to widen the window, that
 /// 0.1.0 fails them essentially every time.
 final class ReliabilityRoundThreeTests: BatonTestCase {
-    // MARK: - 1. A rerun racing a cancel or a finish never runs the body on a decided operation
+    // MARK: - 1. A rerun followed by a cancel or a finish never runs the body on a decided operation
 
-    func testARerunRacingACancelNeverRunsTheBodyOnACancelledOperation() {
+    /// Runs `decide` (a cancel or a finish) right after a `rerun()`, while the rerun's hop cannot land:
+    /// the operation runs on a queue whose serial dispatch queue the test holds. Then the hop lands;
+    /// the body must not run again.
+    private func rerunThenDecide(_ decide: @escaping @Sendable (AsyncOperation) -> Void) -> Int {
+        let lateRuns = Locked(0)
+        let underlying = DispatchQueue(label: "serial underlying")
+        let queue = OperationQueue()
+        queue.underlyingQueue = underlying
+        for _ in 0..<2_000 {
+            let firstRun = Gate()
+            let runs = Locked(0)
+            let operation = BodyOperation { operation in
+                if runs.increment() == 1 { return firstRun.open() }
+                lateRuns.increment()
+                operation.finish()
+            } onCancel: {
+                $0.finish()
+            }
+            DispatchQueue.global().async { _ = try? operation.runToOutcome(on: queue) }
+            firstRun.wait()
+            XCTAssertTrue(eventually { !operation.isInsideExecute })
+            let release = Gate()
+            underlying.async { release.wait() }
+            operation.reexecute()
+            decide(operation)
+            release.open()
+            waitFinished(operation)
+            // The hop was queued behind the held block: once the dispatch queue drained, it landed.
+            underlying.sync {}
+        }
+        return lateRuns.value
+    }
+
+    func testARerunThenACancelNeverRunsTheBodyOnTheCancelledOperation() {
+        XCTAssertEqual(rerunThenDecide { $0.cancel() }, 0, "the body ran again on a cancelled operation")
+    }
+
+    func testARerunThenAFinishNeverRunsTheBodyOnTheFinishedOperation() {
+        XCTAssertEqual(rerunThenDecide { $0.finish() }, 0, "the body ran again on a finished operation")
+    }
+
+    /// Racing from two threads: whatever the order, the body never starts on a decided operation.
+    func testARerunRacingACancelNeverEntersADecidedOperation() {
         let lateRuns = Locked(0)
         for _ in 0..<2_000 {
             let firstRun = Gate()
             let runs = Locked(0)
             let operation = BodyOperation { operation in
                 if runs.increment() == 1 { return firstRun.open() }
-                if operation.isCancelled || operation.isFinished { lateRuns.increment() }
+                if operation.isDecided { lateRuns.increment() }
                 operation.finish()
             } onCancel: {
                 $0.finish()
@@ -34,32 +76,7 @@ final class ReliabilityRoundThreeTests: BatonTestCase {
             operation.reexecute()
             waitFinished(operation)
         }
-        XCTAssertEqual(lateRuns.value, 0, "the body ran again on a cancelled operation")
-    }
-
-    func testARerunRacingAFinishNeverRunsTheBodyOnAFinishedOperation() {
-        let lateRuns = Locked(0)
-        let underlying = DispatchQueue(label: "serial underlying")
-        let queue = OperationQueue()
-        queue.underlyingQueue = underlying
-        for _ in 0..<2_000 {
-            let firstRun = Gate()
-            let runs = Locked(0)
-            let operation = BodyOperation { operation in
-                if runs.increment() == 1 { return firstRun.open() }
-                if operation.outcome != nil || operation.isFinished { lateRuns.increment() }
-            } onCancel: { _ in
-            }
-            DispatchQueue.global().async { _ = try? operation.runToOutcome(on: queue) }
-            firstRun.wait()
-            XCTAssertTrue(eventually { !operation.isInsideExecute })
-            operation.reexecute()
-            operation.finish()
-            waitFinished(operation)
-            // The rerun hops to the queue's serial dispatch queue: once it has drained, the hop landed.
-            underlying.sync {}
-        }
-        XCTAssertEqual(lateRuns.value, 0, "the body ran again on a finished operation")
+        XCTAssertEqual(lateRuns.value, 0, "the body ran on an operation whose outcome was decided")
     }
 
     // MARK: - 2. Foundation operations with outside dependencies are never cancelled under them
@@ -190,7 +207,7 @@ final class ReliabilityRoundThreeTests: BatonTestCase {
             XCTAssertThrowsError(try operation.wait(timeout: .zero))
         }
         XCTAssertEqual(operation.core.withLock { $0.waits.count }, 0)
-        XCTAssertEqual(operation.core.withLock { $0.life.waits.count }, 0)
+        XCTAssertEqual(operation.core.withLock { $0.life.waits.isEmpty }, true)
         operation.finish(with: 1)
         waitFinished(operation)
     }
@@ -203,7 +220,7 @@ final class ReliabilityRoundThreeTests: BatonTestCase {
         for task in tasks { task.cancel() }
         for task in tasks { _ = try? await task.value }
         XCTAssertEqual(operation.core.withLock { $0.waits.count }, 0)
-        XCTAssertEqual(operation.core.withLock { $0.life.waits.count }, 0)
+        XCTAssertEqual(operation.core.withLock { $0.life.waits.isEmpty }, true)
         operation.finish(with: 1)
         await Task.yield()
     }
@@ -366,6 +383,10 @@ private final class BodyOperation: AsyncOperation, @unchecked Sendable {
     }
     override func execute() { body(self) }
     override func didCancel() { onCancel(self) }
+
+    var isDecided: Bool {
+        core.withLock { $0.life.isDecided }
+    }
 
     var isInsideExecute: Bool {
         core.withLock { state in

@@ -25,7 +25,7 @@ extension AsyncOperation {
             case .finished: return .finished(state.life.finished!)
             case .refused: return .refused
             case .registered(let token):
-                state.waits[token] = resume
+                state.waits.append((token, resume))
                 return .waiting(token)
             }
         }
@@ -36,8 +36,10 @@ extension AsyncOperation {
     @discardableResult
     func endWait(_ token: UInt64) -> Bool {
         let released: (@Sendable () -> Void)? = core.withLock { state in
-            guard state.life.waitEnded(token: token) else { return nil }
-            return state.waits.removeValue(forKey: token)
+            guard state.life.waitEnded(token: token), let index = state.waits.firstIndex(where: { $0.token == token }) else {
+                return nil
+            }
+            return state.waits.remove(at: index).resume
         }
         return released != nil
     }
@@ -47,8 +49,9 @@ extension AsyncOperation {
     /// when the operation must still be started by `queue` (the one it is run on, or the one a Baton
     /// entry point launched it on) and the waiting context holds what that queue needs.
     func deadlockReason(runningOn queue: OperationQueue?, blocking: Bool) -> String? {
-        let (target, pending) = core.withLock { state in (queue ?? state.launchQueue, state.life.isPending) }
-        guard pending || queue != nil, let target else { return nil }
+        if let queue { return queue.deadlockReason(blocking: blocking) }
+        let (target, pending) = core.withLock { state in (state.launchQueue, state.life.isPending) }
+        guard pending, let target else { return nil }
         return target.deadlockReason(blocking: blocking)
     }
 
@@ -191,7 +194,8 @@ extension OperationQueue {
     /// since Baton cannot tell a serial dispatch queue from a concurrent one. An `async` wait holds
     /// the queue slot of the Baton operation whose task awaits (``RunningQueue``).
     func deadlockReason(blocking: Bool) -> String? {
-        if blocking && Thread.isMainThread && runsOnMainThread {
+        let underlying = blocking ? underlyingQueue : nil
+        if blocking && Thread.isMainThread && (self === OperationQueue.main || underlying?.label == Self.mainLabel) {
             return "the main thread would wait for a queue that runs on the main thread"
         }
         let current = blocking ? OperationQueue.current.map(ObjectIdentifier.init) : RunningQueue.current
@@ -199,7 +203,7 @@ extension OperationQueue {
         if maxConcurrentOperationCount == 1 {
             return "called from the serial queue that must run it"
         }
-        if blocking && underlyingQueue != nil {
+        if underlying != nil {
             return "called from the queue that must run it, whose dispatch queue may be serial"
         }
         return nil
@@ -208,8 +212,11 @@ extension OperationQueue {
     /// Whether the queue runs its operations on the main thread. `DispatchQueue.main` is a new
     /// wrapper on every read on Linux: the label tells.
     var runsOnMainThread: Bool {
-        self === OperationQueue.main || underlyingQueue?.label == DispatchQueue.main.label
+        self === OperationQueue.main || underlyingQueue.map { $0.label == Self.mainLabel } == true
     }
+
+    /// The main dispatch queue's label, read once.
+    static let mainLabel = DispatchQueue.main.label
 }
 
 /// One await of an outcome, resumed exactly once: by the work's end, or by the cancellation of the

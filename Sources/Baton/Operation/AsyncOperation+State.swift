@@ -35,8 +35,9 @@ extension AsyncOperation {
         var outcomeObservers: [@Sendable (Outcome<(any Sendable)?>) -> Void] = []
         /// Internal hooks that run after `isFinished` has been announced.
         var finishedHooks: [@Sendable () -> Void] = []
-        /// What each registered wait runs when the operation finishes, by the machine's wait token.
-        var waits: [UInt64: @Sendable () -> Void] = [:]
+        /// What each registered wait runs when the operation finishes, with the machine's wait token
+        /// (few at a time: an array, one allocation, as the finished hooks).
+        var waits: [(token: UInt64, resume: @Sendable () -> Void)] = []
         var notificationTap: (@Sendable (Notification) -> Void)?
 
         var isCancelled: Bool { life.cancelRequested }
@@ -70,8 +71,16 @@ extension AsyncOperation {
     /// Tells a decided outcome (retiring unlaunched children first when the operation never executed),
     /// then commits the finish.
     func tell(_ telling: Telling) {
-        let children = telling.executed ? [] : takeUnlaunchedChildren()
-        guard !children.isEmpty else { return deliver(telling) }
+        if !telling.executed {
+            let children = takeUnlaunchedChildren()
+            if !children.isEmpty { return retire(children, thenDeliver: telling) }
+        }
+        deliver(telling)
+    }
+
+    /// Retires children the operation never launched; the outcome is delivered once they all finished.
+    @inline(never)
+    private func retire(_ children: [Operation], thenDeliver telling: Telling) {
         let pending = UncheckedSendable(value: telling)
         let countdown = Countdown(events: children.count) { self.deliver(pending.value) }
         Operation.retire(children, reportingTo: countdown)
@@ -103,7 +112,7 @@ extension AsyncOperation {
         struct Commit {
             var action: Life.CommitAction
             var hooks: [@Sendable () -> Void]
-            var waits: [UInt64: @Sendable () -> Void]
+            var waits: [(token: UInt64, resume: @Sendable () -> Void)]
             var tap: (@Sendable (Notification) -> Void)?
             var link: RecorderLink
         }
@@ -111,7 +120,7 @@ extension AsyncOperation {
             let action = state.life.outcomeDelivered()
             defer {
                 state.finishedHooks = []
-                state.waits = [:]
+                state.waits = []
                 state.delegate = nil
             }
             return Commit(
@@ -133,7 +142,7 @@ extension AsyncOperation {
         if !hooks.isEmpty {
             Trampoline.run { for hook in hooks { hook() } }
         }
-        for resume in commit.waits.values { resume() }
+        for wait in commit.waits { wait.resume() }
     }
 
     /// An event the machine says cannot happen in this state: a bug in Baton. Traps in debug builds,
@@ -213,7 +222,7 @@ extension AsyncOperation {
     /// Registers an internal hook that runs once `isFinished` has been announced (at once if it has).
     func whenFinished(_ hook: @escaping @Sendable () -> Void) {
         let runNow = core.withLock { state -> Bool in
-            if state.life.finished != nil { return true }
+            if state.life.isFinished { return true }
             state.finishedHooks.append(hook)
             return false
         }

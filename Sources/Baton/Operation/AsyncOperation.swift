@@ -144,12 +144,14 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     public final override func start() {
         // Facts gathered before the lock: they read other locks (dependencies, Foundation's, the
         // recorder's). The machine decides on them under the operation's lock, in one step.
-        let (policy, link, enqueued) = core.withLock { state -> (DependencyPolicy, RecorderLink, Bool) in
-            if case .enqueued = state.life.custody { return (state.policy, state.recorderLink, true) }
-            return (state.policy, state.recorderLink, false)
+        let (policy, link, enqueued) = core.withLock { state -> (DependencyPolicy, RecorderLink, Life.QueueKey?) in
+            if case .enqueued(let key) = state.life.custody { return (state.policy, state.recorderLink, key) }
+            return (state.policy, state.recorderLink, nil)
         }
+        // Only a queue's custody needs to know the caller (and reading it costs on every start).
         let caller = Life.Caller(
-            queue: enqueued ? OperationQueue.current.map(ObjectIdentifier.init) : nil, isMainThread: Thread.isMainThread)
+            queue: enqueued.map { $0.onMainThread } == false ? OperationQueue.current.map(ObjectIdentifier.init) : nil,
+            isMainThread: enqueued?.onMainThread == true && Thread.isMainThread)
         let verdict = dependencyVerdict(policy)
         let ready = isReady
 
@@ -313,7 +315,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
 
     /// Whether the operation has finished, with its outcome decided.
     public final override var isFinished: Bool {
-        core.withLock { $0.life.finished != nil }
+        core.withLock { $0.life.isFinished }
     }
 
     /// Always `true`: Baton operations finish when `finish` is called, not when `execute()` returns.

@@ -131,9 +131,7 @@ extension AsyncOperation {
     /// Decides, under the lock, whether the operation goes to the queue (which alone may then start
     /// it) or is started here.
     func beginLaunch(on queue: OperationQueue) -> Life.LaunchAction {
-        // `DispatchQueue.main` is a new wrapper on every read on Linux: compare the label.
-        let onMainThread = queue === OperationQueue.main || queue.underlyingQueue?.label == DispatchQueue.main.label
-        let key = Life.QueueKey(queue: ObjectIdentifier(queue), onMainThread: onMainThread)
+        let key = Life.QueueKey(queue: ObjectIdentifier(queue), onMainThread: queue.runsOnMainThread)
         return core.withLock { state in
             let action = state.life.launch(on: key)
             if action == .enqueue { state.launchQueue = queue }
