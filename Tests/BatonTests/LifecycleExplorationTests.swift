@@ -54,7 +54,7 @@ final class LifecycleExplorationTests: XCTestCase {
     /// One event an actor can feed in a world.
     enum Event: Hashable, CustomStringConvertible {
         case queueStart(skip: Result?)
-        case strangerStart
+        case strangerStart(inFoundationQueue: Bool)
         case startAnnounced(timer: Bool)
         case executeReturned
         case hopLanded(UInt64)
@@ -70,7 +70,7 @@ final class LifecycleExplorationTests: XCTestCase {
         var description: String {
             switch self {
             case .queueStart(let skip): return skip.map { "queueStart(skip: \($0))" } ?? "queueStart"
-            case .strangerStart: return "strangerStart"
+            case .strangerStart(let inQueue): return inQueue ? "strangerStart(in a Foundation queue)" : "strangerStart"
             case .startAnnounced(let timer): return timer ? "startAnnounced(timer)" : "startAnnounced"
             case .executeReturned: return "executeReturned"
             case .hopLanded(let token): return "hopLanded(\(token))"
@@ -96,7 +96,9 @@ final class LifecycleExplorationTests: XCTestCase {
         if world.queueStarts > 0 {
             events += [.queueStart(skip: nil), .queueStart(skip: .failed), .queueStart(skip: .cancelled)]
         }
-        if world.strangerStarts > 0 { events.append(.strangerStart) }
+        if world.strangerStarts > 0 {
+            events += [.strangerStart(inFoundationQueue: false), .strangerStart(inFoundationQueue: true)]
+        }
         if world.announcing { events += [.startAnnounced(timer: false), .startAnnounced(timer: true)] }
         if world.inside != nil { events.append(.executeReturned) }
         events += world.hops.sorted().map(Event.hopLanded)
@@ -125,11 +127,12 @@ final class LifecycleExplorationTests: XCTestCase {
         switch event {
         case .queueStart(let skip):
             next.queueStarts -= 1
-            let caller = Machine.Caller(queue: Self.queue.queue, isMainThread: false)
+            let caller = Machine.Caller(queue: Self.queue.queue, isMainThread: false, foundation: .starting)
             try start(&next, Machine.StartFacts(caller: caller, skip: skip, ready: true))
-        case .strangerStart:
+        case .strangerStart(let inQueue):
             next.strangerStarts -= 1
-            try start(&next, Machine.StartFacts(caller: Machine.Caller(queue: nil, isMainThread: false), skip: nil, ready: true))
+            let caller = Machine.Caller(queue: nil, isMainThread: false, foundation: inQueue ? .waiting : nil)
+            try start(&next, Machine.StartFacts(caller: caller, skip: nil, ready: true))
         case .startAnnounced(let timer):
             next.announcing = false
             switch next.machine.startAnnounced(armsTimer: timer) {
@@ -197,13 +200,17 @@ final class LifecycleExplorationTests: XCTestCase {
                 next.enqueues += 1
             case .startHere:
                 try start(
-                    &next, Machine.StartFacts(caller: Machine.Caller(queue: nil, isMainThread: false), skip: nil, ready: true))
+                    &next,
+                    Machine.StartFacts(
+                        caller: Machine.Caller(queue: nil, isMainThread: false, foundation: nil), skip: nil, ready: true))
             }
         case .retire:
             next.retires -= 1
             if next.machine.retire() == .startHere {
                 try start(
-                    &next, Machine.StartFacts(caller: Machine.Caller(queue: nil, isMainThread: false), skip: nil, ready: true))
+                    &next,
+                    Machine.StartFacts(
+                        caller: Machine.Caller(queue: nil, isMainThread: false, foundation: nil), skip: nil, ready: true))
             }
         case .registerWait:
             next.waitsToRegister -= 1
@@ -232,6 +239,9 @@ final class LifecycleExplorationTests: XCTestCase {
                 throw Violation(description: "a stranger started an operation its queue holds")
             }
             if custody == .claimed { throw Violation(description: "a claimed operation was started") }
+            if facts.caller.foundation == .waiting && custody != .direct {
+                throw Violation(description: "an operation waiting in a Foundation queue was started by hand")
+            }
             world.announcing = true
             world.executingAnnounced += 1
             if world.executingAnnounced > 1 { throw Violation(description: "isExecuting announced twice") }
@@ -398,7 +408,7 @@ final class LifecycleExplorationTests: XCTestCase {
     func testASecondStartWhileASkipIsToldIsRefused() throws {
         var world = try run([.cancel, .queueStart(skip: nil)])
         XCTAssertEqual(
-            world.machine.start(.init(caller: .init(queue: nil, isMainThread: false), skip: nil, ready: true)),
+            world.machine.start(.init(caller: .init(queue: nil, isMainThread: false, foundation: nil), skip: nil, ready: true)),
             .refuse(.startedTwice))
     }
 

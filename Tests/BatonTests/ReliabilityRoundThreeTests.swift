@@ -120,6 +120,109 @@ final class ReliabilityRoundThreeTests: BatonTestCase {
         }
     }
 
+    // MARK: - 3, 4. Operations in Foundation's queues: never a crash
+
+    func testRunningAnOperationAddedWithFoundationsAddOperationIsRefused() throws {
+        #if canImport(Darwin)
+        throw XCTSkip("Apple's Foundation keeps no record Baton can read; the docs say so")
+        #else
+        let queue = OperationQueue()
+        queue.isSuspended = true
+        let baton = ImmediateOperation(.success(1), name: "added")
+        let foundation = BlockOperation {}
+        queue.addOperation(baton)
+        queue.addOperation(foundation)
+        XCTAssertThrowsError(try baton.run(timeout: .seconds(5))) { error in
+            guard case BatonError.alreadyEnqueued("added")? = error as? BatonError else { return XCTFail("\(error)") }
+        }
+        XCTAssertThrowsError(try OperationQueue().addChain([foundation, AsyncBlockOperation { $0.finish() }])) { error in
+            guard case BatonError.alreadyEnqueued? = error as? BatonError else { return XCTFail("\(error)") }
+        }
+        XCTAssertThrowsError(try GroupOperation(operations: []).addChild(baton))
+        queue.isSuspended = false
+        drain(queue)
+        XCTAssertTrue(foundation.isFinished)
+        XCTAssertEqual(describe(baton.outcome), "succeeded(1)")
+        #endif
+    }
+
+    func testStartingByHandAnOperationWaitingInASuspendedQueueIsIgnored() throws {
+        #if canImport(Darwin)
+        throw XCTSkip("Apple's Foundation keeps no record Baton can read; the docs say so")
+        #else
+        let queue = OperationQueue()
+        queue.isSuspended = true
+        let runs = Locked(0)
+        let operation = AsyncBlockOperation {
+            runs.increment()
+            $0.finish()
+        }
+        queue.addOperation(operation)
+        operation.start()
+        XCTAssertEqual(runs.value, 0, "a start by hand ran an operation its queue holds")
+        XCTAssertEqual(diagnostics.kinds(for: operation), [.startedWhileInQueue])
+        queue.isSuspended = false
+        waitFinished(operation)
+        drain(queue)
+        XCTAssertEqual(runs.value, 1)
+        #endif
+    }
+
+    func testStartingByHandOnTheMainThreadAStageOfAMainThreadQueueIsIgnored() throws {
+        try XCTSkipUnless(Thread.isMainThread, "XCTest runs this test on the main thread")
+        let queue = OperationQueue()
+        queue.underlyingQueue = DispatchQueue.main
+        queue.isSuspended = true
+        let runs = Locked(0)
+        let stage = AsyncBlockOperation {
+            runs.increment()
+            $0.finish()
+        }
+        let handle = try queue.addChain([stage])
+        stage.start()   // on the main thread, while the queue is suspended
+        XCTAssertEqual(runs.value, 0)
+        XCTAssertEqual(diagnostics.kinds(for: stage), [.startedWhileClaimed])
+        queue.isSuspended = false
+        let deadline = Date().addingTimeInterval(testTimeout)
+        while handle.outcome == nil && Date() < deadline {
+            RunLoop.main.run(until: Date().addingTimeInterval(0.01))   // the queue's work runs here
+        }
+        XCTAssertEqual(describe(handle.outcome), "succeeded(())")
+        XCTAssertEqual(runs.value, 1)
+    }
+
+    func testStartingByHandFromAnotherOperationOfTheQueueAStageWaitingThereIsIgnored() throws {
+        #if canImport(Darwin)
+        throw XCTSkip("Apple's Foundation keeps no record Baton can read; the docs say so")
+        #else
+        let blocker = ManualOperation()
+        OperationQueue().addOperation(blocker)
+        blocker.started.wait()
+        let runs = Locked(0)
+        let waiting = AsyncBlockOperation {
+            runs.increment()
+            $0.finish()
+        }
+        waiting.addDependency(blocker)
+        let queue = OperationQueue()
+        let handle = try queue.addChain([waiting])
+        // From an operation of the same queue, `OperationQueue.current` is that queue, yet the queue is
+        // not the one starting it: Foundation's own record says it still waits.
+        let intruded = Gate()
+        queue.addOperation(
+            BlockOperation {
+                waiting.start()
+                intruded.open()
+            })
+        intruded.wait()
+        XCTAssertEqual(runs.value, 0, "a start by hand ran a stage its queue holds")
+        XCTAssertEqual(diagnostics.kinds(for: waiting), [.startedWhileClaimed])
+        blocker.finish(with: 1)
+        XCTAssertEqual(describe(try handle.waitToOutcome()), "succeeded(())")
+        XCTAssertEqual(runs.value, 1)
+        #endif
+    }
+
     // MARK: - 5, 6. One deadlock guard for every wait
 
     func testAnAsyncRunFromATaskOnASerialQueueForWorkOnThatQueueIsRefused() throws {

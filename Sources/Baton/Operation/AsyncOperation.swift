@@ -144,14 +144,22 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     public final override func start() {
         // Facts gathered before the lock: they read other locks (dependencies, Foundation's, the
         // recorder's). The machine decides on them under the operation's lock, in one step.
-        let (policy, link, enqueued) = core.withLock { state -> (DependencyPolicy, RecorderLink, Life.QueueKey?) in
-            if case .enqueued(let key) = state.life.custody { return (state.policy, state.recorderLink, key) }
-            return (state.policy, state.recorderLink, nil)
+        let (policy, link, custody) = core.withLock { ($0.policy, $0.recorderLink, $0.life.custody) }
+        // Only the custody of a queue (Baton's, or Foundation's for an unclaimed operation) needs to
+        // know who calls: reading it costs on every start.
+        let caller: Life.Caller
+        switch custody {
+        case .enqueued(let key) where key.onMainThread:
+            caller = Life.Caller(queue: nil, isMainThread: Thread.isMainThread, foundation: FoundationQueueState.of(self))
+        case .enqueued:
+            caller = Life.Caller(
+                queue: OperationQueue.current.map(ObjectIdentifier.init), isMainThread: false,
+                foundation: FoundationQueueState.of(self))
+        case .unclaimed:
+            caller = Life.Caller(queue: nil, isMainThread: false, foundation: FoundationQueueState.of(self))
+        case .claimed, .direct:
+            caller = Life.Caller(queue: nil, isMainThread: false, foundation: nil)
         }
-        // Only a queue's custody needs to know the caller (and reading it costs on every start).
-        let caller = Life.Caller(
-            queue: enqueued.map { $0.onMainThread } == false ? OperationQueue.current.map(ObjectIdentifier.init) : nil,
-            isMainThread: enqueued?.onMainThread == true && Thread.isMainThread)
         let verdict = dependencyVerdict(policy)
         let ready = isReady
 

@@ -20,6 +20,10 @@ public struct Diagnostic: Sendable, CustomStringConvertible {
         /// `start()` was called by hand on an operation that a Baton chain, composite or wait holds;
         /// ignored (Baton starts it, through its queue).
         case startedWhileClaimed
+        /// `start()` was called by hand on an operation that waits in an `OperationQueue` it was added
+        /// to with Foundation's `addOperation`; ignored (the queue starts it). Seen where Baton can read
+        /// Foundation's record of the queue (Linux).
+        case startedWhileInQueue
         /// An input was set after the operation started; it was ignored.
         case inputAfterStart
         /// `execute()` was not overridden.
@@ -59,6 +63,7 @@ public struct Diagnostic: Sendable, CustomStringConvertible {
         case .startedTwice: what = "start() called twice; ignored"
         case .startedWhileNotReady: what = "start() called before its dependencies finished; running anyway"
         case .startedWhileClaimed: what = "start() called by hand while a Baton chain, composite or wait holds it; ignored"
+        case .startedWhileInQueue: what = "start() called by hand while it waits in an OperationQueue; ignored"
         case .inputAfterStart: what = "input set after start; ignored"
         case .executeNotOverridden: what = "execute() not overridden; failing"
         case .timedOut: what = "still executing when its timeout ran out; cancelled"

@@ -54,7 +54,8 @@ struct Lifecycle<Result: LifecycleOutcome> {
     struct QueueKey: Hashable {
         var queue: ObjectIdentifier
         /// The queue runs its operations on the main thread, where `OperationQueue.current` is always
-        /// the main queue: its own start is recognised by the thread.
+        /// the main queue: its own start is recognised by the thread (and, where Baton can read it, by
+        /// Foundation's record).
         var onMainThread: Bool
     }
 
@@ -70,11 +71,16 @@ struct Lifecycle<Result: LifecycleOutcome> {
         case direct
     }
 
-    /// The thread a `start()` came from.
+    /// Who a `start()` came from.
     struct Caller: Hashable {
-        /// `OperationQueue.current` on that thread.
+        /// `OperationQueue.current` on that thread (read only for an operation in a queue's custody).
         var queue: ObjectIdentifier?
+        /// Whether the caller runs on the main thread (read only for a main-thread queue's custody).
         var isMainThread: Bool
+        /// Foundation's own record of the operation in a queue, where Baton can read it (Linux): a
+        /// queue's start finds `.starting`; a start by hand of an operation waiting in a queue finds
+        /// `.waiting`.
+        var foundation: FoundationQueueState?
     }
 
     /// What `start()` found before it took the lock.
@@ -165,13 +171,20 @@ struct Lifecycle<Result: LifecycleOutcome> {
     mutating func start(_ facts: StartFacts) -> StartAction {
         guard case .pending = phase else { return .refuse(.startedTwice) }
         switch custody {
-        case .unclaimed, .direct:
+        case .direct:
             break
+        case .unclaimed:
+            // Added to a queue with Foundation's own `addOperation`: only that queue may start it.
+            if facts.caller.foundation == .waiting { return .refuse(.startedWhileInQueue) }
         case .claimed:
             return .refuse(.startedWhileClaimed)
         case .enqueued(let key):
+            // The queue's own start runs on that queue (and, where Baton can read it, Foundation
+            // marked the operation starting): a start from another operation of the queue is not it.
             let byQueue = key.onMainThread ? facts.caller.isMainThread : facts.caller.queue == key.queue
-            guard byQueue else { return .refuse(.startedWhileClaimed) }
+            guard byQueue, facts.caller.foundation != .waiting else {
+                return .refuse(.startedWhileClaimed)
+            }
         }
         if let skipped = cancelRequested ? .cancelled : early ?? facts.skip {
             decide(skipped, wasExecuting: false)

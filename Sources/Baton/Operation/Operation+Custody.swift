@@ -38,6 +38,9 @@ extension Operation {
     /// - Throws: ``BatonError/alreadyFinished(operation:)``, ``BatonError/alreadyExecuting(operation:)``,
     ///   or ``BatonError/alreadyEnqueued(operation:)`` when another entry point has it.
     func claim() throws(BatonError) {
+        // Added to a queue with Foundation's own `addOperation` (where Baton can see it): Foundation
+        // would stop the process on a second add.
+        if FoundationQueueState.of(self) == .waiting { throw .alreadyEnqueued(operation: reference) }
         if let baton = self as? AsyncOperation {
             try baton.claimCustody()
             return

@@ -1,0 +1,107 @@
+import Dispatch
+import Foundation
+
+#if !canImport(Darwin)
+@_spi(Reflection) import Swift
+#endif
+
+/// Where an operation stands in an `OperationQueue`, as Foundation itself records it.
+///
+/// No public API says whether an operation is in a queue. Linux's Foundation (swift-corelibs-foundation)
+/// keeps it in two stored properties of `Operation`: `__queue`, the queue it was added to, and
+/// `__state`, its place in that queue's life (initialized, enqueuing, enqueued, dispatching, starting,
+/// executing, finishing, finished). The queue sets `starting` on the thread that calls `start()`, just
+/// before the call, so a `start()` that finds anything else came from someone else.
+///
+/// The two properties are found once, by name and type, with the standard library's reflection; their
+/// layout is then checked on a probe operation in a suspended queue (initialized, then enqueued).
+/// Reading them afterwards is two loads. Where they cannot be found or the check fails (Apple
+/// platforms, whose Foundation keeps this in Objective-C; a future Foundation that renames them),
+/// `of(_:)` answers `nil`: unknown, and Baton behaves as if it could not see the queue.
+enum FoundationQueueState: Equatable {
+    /// In no queue.
+    case none
+    /// In a queue, waiting (enqueuing, enqueued or being dispatched): only the queue may start it.
+    case waiting
+    /// The queue is starting it, on this thread.
+    case starting
+    /// Executing or finished, as Foundation sees it.
+    case past
+
+    /// The state of `operation`, or `nil` when Baton cannot read it on this platform.
+    static func of(_ operation: Operation) -> FoundationQueueState? {
+        #if canImport(Darwin)
+        return nil
+        #else
+        guard let layout = Layout.shared else { return nil }
+        return layout.state(of: operation)
+        #endif
+    }
+
+    #if !canImport(Darwin)
+    /// Where the two properties are in an `Operation`, found and checked once.
+    private struct Layout: Sendable {
+        let queueOffset: Int
+        let stateOffset: Int
+
+        static let shared: Layout? = find()
+
+        // The cases of Foundation's `__NSOperationState`, in declaration order: Swift stores a case
+        // by its index.
+        private static let initialized: UInt8 = 0
+        private static let starting: UInt8 = 4
+
+        func state(of operation: Operation) -> FoundationQueueState {
+            withExtendedLifetime(operation) {
+                let base = UnsafeRawPointer(Unmanaged.passUnretained(operation).toOpaque())
+                let queue = base.load(fromByteOffset: queueOffset, as: UnsafeRawPointer?.self)
+                let state = base.load(fromByteOffset: stateOffset, as: UInt8.self)
+                switch state {
+                case Self.initialized: return queue == nil ? .none : .waiting
+                case 1...3: return .waiting
+                case Self.starting: return .starting
+                default: return .past
+                }
+            }
+        }
+
+        private static func find() -> Layout? {
+            var queueOffset: Int?
+            var stateOffset: Int?
+            // `.classType` (a `static var`, which Swift 6 refuses to read) is bit 0.
+            _ = _forEachField(of: Operation.self, options: _EachFieldOptions(rawValue: 1 << 0)) { name, offset, type, _ in
+                switch String(cString: name) {
+                case "__queue" where type == Optional<Unmanaged<OperationQueue>>.self:
+                    queueOffset = offset
+                case "__state" where Self.size(of: type) == 1:
+                    stateOffset = offset
+                default:
+                    break
+                }
+                return true
+            }
+            guard let queueOffset, let stateOffset else { return nil }
+            let layout = Layout(queueOffset: queueOffset, stateOffset: stateOffset)
+            return layout.holds() ? layout : nil
+        }
+
+        private static func size(of type: Any.Type) -> Int {
+            func size<T>(_: T.Type) -> Int { MemoryLayout<T>.size }
+            return _openExistential(type, do: size)
+        }
+
+        /// Whether a probe reads as expected: in no queue, then waiting in a suspended one.
+        private func holds() -> Bool {
+            let probe = BlockOperation {}
+            guard state(of: probe) == .none else { return false }
+            let queue = OperationQueue()
+            queue.isSuspended = true
+            queue.addOperation(probe)
+            let waiting = state(of: probe) == .waiting
+            queue.isSuspended = false
+            probe.waitUntilFinished()
+            return waiting && state(of: probe) == .past
+        }
+    }
+    #endif
+}
