@@ -360,6 +360,47 @@ final class ReliabilityRoundThreeTests: BatonTestCase {
         XCTAssertEqual(describe(late.outcome), "cancelled")
     }
 
+    // MARK: - 10. In a cycle of tree nodes, no edge decides which node lives
+
+    /// Builds a → b → a with the two `addChild` calls in either order, keeps only `a`, and runs it.
+    private func runCycleKeepingOnlyTheRoot(addingBackEdgeFirst: Bool) -> (outcome: String, freed: Bool) {
+        weak var weakA: TreeNode<Int, Int>?
+        weak var weakB: TreeNode<Int, Int>?
+        let outcome: String = inScope {
+            let a = inScope { () -> TreeNode<Int, Int> in
+                let a = TreeNode<Int, Int>("a", items: { $0 > 0 ? [$0 - 1] : [] }) { value in
+                    ResultBlockOperation<Int> { $0.finish(with: value) }
+                }
+                let b = TreeNode<Int, Int>("b", items: { $0 > 0 ? [$0 - 1] : [] }) { value in
+                    ResultBlockOperation<Int> { $0.finish(with: value) }
+                }
+                if addingBackEdgeFirst {
+                    b.addChild(a)
+                    a.addChild(b)
+                } else {
+                    a.addChild(b)
+                    b.addChild(a)
+                }
+                weakA = a
+                weakB = b
+                return a   // `b` is no longer held by the caller
+            }
+            let tree = TreeOperation(root: a, input: 6)
+            let outcome = describe(finished(tree).outcome)
+            XCTAssertEqual(tree.progress.totalUnitCount, 6)
+            return outcome
+        }
+        return (outcome, eventually { weakA == nil && weakB == nil })
+    }
+
+    func testACycleOfTreeNodesRunsWhicheverOrderItsEdgesWereAdded() {
+        for backEdgeFirst in [true, false] {
+            let (outcome, freed) = runCycleKeepingOnlyTheRoot(addingBackEdgeFirst: backEdgeFirst)
+            XCTAssertEqual(outcome, "succeeded(())", "back edge added first: \(backEdgeFirst)")
+            XCTAssertTrue(freed, "a cycle of tree nodes leaked (back edge added first: \(backEdgeFirst))")
+        }
+    }
+
     // MARK: - 11. An operation finishes once, whoever starts it again
 
     func testStartingASkippedOperationAgainFromItsOwnObserverFinishesItOnce() {

@@ -14,13 +14,28 @@ import Foundation
 /// ```
 ///
 /// Configure a node (children, callbacks, attempts) before its tree starts.
-public final class TreeNode<Input: Sendable, Output: Sendable>: TreeNodeGraph, @unchecked Sendable {
+public final class TreeNode<Input: Sendable, Output: Sendable>: @unchecked Sendable {
     /// The node's name, used in failure paths (`recipe[2]` is the third recipe's operation).
     public let name: String
-    private let expand: @Sendable (Input) async throws -> [@Sendable () -> ResultOperation<Output>]
-    private let configuration = Mutex(Configuration())
+    /// What the node does and where its outputs go: owned by the node's component, not by the node,
+    /// so that the edges between nodes (which may form cycles) never decide which node lives.
+    let core: Core
+    /// The nodes joined to this one by `addChild`, kept alive together while any of them is held.
+    private let component: TreeNodeComponent
 
-    private struct Configuration {
+    /// A node's state and behaviour. Cores refer to each other weakly; their component owns them.
+    final class Core: @unchecked Sendable {
+        let name: String
+        let expand: @Sendable (Input) async throws -> [@Sendable () -> ResultOperation<Output>]
+        let configuration = Mutex(Configuration())
+
+        init(name: String, expand: @escaping @Sendable (Input) async throws -> [@Sendable () -> ResultOperation<Output>]) {
+            self.name = name
+            self.expand = expand
+        }
+    }
+
+    struct Configuration {
         var children: [AnyTreeNode<Output>] = []
         var finishObservers: [@Sendable (Outcome<Output>) -> Void] = []
         var subtreeObservers: [@Sendable (Outcome<Output>) -> Void] = []
@@ -34,13 +49,12 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: TreeNodeGraph, @
     ///   - name: The node's name, for failure paths.
     ///   - items: Maps the parent's output to this node's items; an error it throws fails the node.
     ///   - operation: Makes the operation for one item (called again for each retry attempt).
-    public init<Item: Sendable>(
+    public convenience init<Item: Sendable>(
         _ name: String,
         items: @escaping @Sendable (Input) throws -> [Item],
         operation: @escaping @Sendable (Item) -> ResultOperation<Output>
     ) {
-        self.name = name
-        expand = { input in try items(input).map { item in { operation(item) } } }
+        self.init(name: name) { input in try items(input).map { item in { operation(item) } } }
     }
 
     /// Creates a node that maps its input to items asynchronously (for example with a network call).
@@ -49,13 +63,18 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: TreeNodeGraph, @
     ///   - name: The node's name, for failure paths.
     ///   - asyncItems: Maps the parent's output to this node's items; an error it throws fails the node.
     ///   - operation: Makes the operation for one item (called again for each retry attempt).
-    public init<Item: Sendable>(
+    public convenience init<Item: Sendable>(
         _ name: String,
         asyncItems: @escaping @Sendable (Input) async throws -> [Item],
         operation: @escaping @Sendable (Item) -> ResultOperation<Output>
     ) {
+        self.init(name: name) { input in try await asyncItems(input).map { item in { operation(item) } } }
+    }
+
+    private init(name: String, expand: @escaping @Sendable (Input) async throws -> [@Sendable () -> ResultOperation<Output>]) {
         self.name = name
-        expand = { input in try await asyncItems(input).map { item in { operation(item) } } }
+        core = Core(name: name, expand: expand)
+        component = TreeNodeComponent(owning: core)
     }
 
     /// Creates a node with one operation for its input.
@@ -71,19 +90,14 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: TreeNodeGraph, @
     ///
     /// Nodes may form cycles: a node whose output is also its input may be its own child, and nodes
     /// may recurse through each other (a → b → a); the tree then recurses as deep as the data goes
-    /// (directories in directories). An edge that closes a cycle holds its node weakly, so a cycle
-    /// of nodes does not keep itself alive; a ``TreeOperation`` holds every node it can reach while it
-    /// lives. Keep a reference to the root of a cyclic graph until you have made its tree.
+    /// (directories in directories). Nodes joined by `addChild` live and die together: holding any
+    /// one of them (or a ``TreeOperation`` made from one) keeps them all alive, whatever the order of
+    /// the `addChild` calls, and a cycle of nodes that nobody holds is freed.
     ///
     /// - Parameter child: A node whose input is this node's output.
     public func addChild<ChildOutput>(_ child: TreeNode<Output, ChildOutput>) {
-        let closesCycle = TreeNodeWalk.reaches(self, from: child)
-        let entry = closesCycle ? AnyTreeNode(weak: child) : AnyTreeNode(child)
-        configuration.withLock { $0.children.append(entry) }
-    }
-
-    var childNodes: [any TreeNodeGraph] {
-        configuration.withLock { $0.children.compactMap { $0.node() } }
+        TreeNodeComponent.join(component, child.component)
+        core.configuration.withLock { $0.children.append(AnyTreeNode(child.core)) }
     }
 
     /// Runs each of this node's operations up to `maximumAttempts` times in all (through
@@ -93,7 +107,7 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: TreeNodeGraph, @
     ///   - maximumAttempts: The total number of attempts per operation, at least 1.
     ///   - delay: The wait between attempts.
     public func retry(maximumAttempts: Int, delay: RetryDelay = .immediate) {
-        configuration.withLock {
+        core.configuration.withLock {
             $0.maximumAttempts = maximumAttempts
             $0.delay = delay
         }
@@ -104,7 +118,7 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: TreeNodeGraph, @
     ///
     /// - Parameter observer: The closure; it runs on the thread that finished the operation.
     public func onFinish(_ observer: @escaping @Sendable (Outcome<Output>) -> Void) {
-        configuration.withLock { $0.finishObservers.append(observer) }
+        core.configuration.withLock { $0.finishObservers.append(observer) }
     }
 
     /// Adds a closure called with the outcome of each of this node's operations once that operation
@@ -113,9 +127,12 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: TreeNodeGraph, @
     ///
     /// - Parameter observer: The closure.
     public func onSubtreeFinish(_ observer: @escaping @Sendable (Outcome<Output>) -> Void) {
-        configuration.withLock { $0.subtreeObservers.append(observer) }
+        core.configuration.withLock { $0.subtreeObservers.append(observer) }
     }
 
+}
+
+extension TreeNode.Core {
     /// Expands `input` into operations and launches them; `scope` is the subtree they belong to.
     func run(_ input: Input, path: [String], scope: TreeRun.Scope, in run: TreeRun) {
         run.retain(scope)
@@ -146,7 +163,7 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: TreeNodeGraph, @
                         for observer in configuration.finishObservers { observer(outcome) }
                         guard case .succeeded(let output) = outcome else { return }
                         for child in configuration.children { child.run(output, itemPath, operationScope, run) }
-                    }, subtreeFinished: subtreeObservers.isEmpty ? nil : Self.notifying(subtreeObservers))
+                    }, subtreeFinished: subtreeObservers.isEmpty ? nil : TreeNode.notifying(subtreeObservers))
             }
         }
     }
@@ -159,62 +176,56 @@ extension TreeNode {
     }
 }
 
-/// A tree node seen through its input only, so that nodes of different outputs can be children.
+/// A tree node seen through its input only, so that nodes of different outputs can be children. It
+/// refers to the node's core weakly: the core's component owns it.
 struct AnyTreeNode<Input: Sendable>: Sendable {
     let run: @Sendable (Input, [String], TreeRun.Scope, TreeRun) -> Void
-    /// The node, if it is still alive.
-    let node: @Sendable () -> (any TreeNodeGraph)?
 
-    init<Output>(_ node: TreeNode<Input, Output>) {
-        run = { input, path, scope, treeRun in node.run(input, path: path, scope: scope, in: treeRun) }
-        self.node = { node }
-    }
-
-    /// A node on an edge that closes a cycle: held weakly, so that the cycle does not keep itself
-    /// alive. A node freed before its tree was made is reported as a failure, not skipped silently.
-    init<Output>(weak node: TreeNode<Input, Output>) {
-        let name = node.name
-        run = { [weak node] input, path, scope, treeRun in
-            guard let node else {
+    init<Output>(_ core: TreeNode<Input, Output>.Core) {
+        let name = core.name
+        run = { [weak core] input, path, scope, treeRun in
+            // Cannot happen while a tree runs (it holds its root's component); a failure, never a crash.
+            guard let core else {
                 return treeRun.record(path: path + [name], error: BatonError.treeNodeFreed(node: name))
             }
-            node.run(input, path: path, scope: scope, in: treeRun)
+            core.run(input, path: path, scope: scope, in: treeRun)
         }
-        self.node = { [weak node] in node }
     }
 }
 
-/// The nodes of a tree as a graph, to find cycles and to hold every node while a tree lives.
-protocol TreeNodeGraph: AnyObject, Sendable {
-    /// The child nodes that are alive.
-    var childNodes: [any TreeNodeGraph] { get }
-}
+/// The tree nodes joined by `addChild`, owned together.
+///
+/// A node the user holds keeps its component, and the component keeps every node's core; cores refer
+/// to each other only weakly. So no edge decides which node lives (in a cycle, any edge could be the
+/// one that is not held), and a component that nobody holds is freed with every core in it, cycles
+/// included. Joining two components moves the smaller one's cores into the larger and makes it point to
+/// the larger (union by size): a node reaches its component's owner in a few steps, and nothing is ever
+/// held in a loop.
+final class TreeNodeComponent: @unchecked Sendable {
+    /// Guards every component's fields: joins happen while trees are configured, never per operation.
+    private static let lock = Mutex(())
+    private var cores: [AnyObject]
+    private var mergedInto: TreeNodeComponent?
 
-/// Walks of the node graph, without recursion.
-enum TreeNodeWalk {
-    /// Whether `target` can be reached from `start` (`start` itself included), walking without
-    /// recursion.
-    static func reaches(_ target: AnyObject, from start: any TreeNodeGraph) -> Bool {
-        var seen = Set<ObjectIdentifier>()
-        var stack: [any TreeNodeGraph] = [start]
-        while let node = stack.popLast() {
-            if node === target { return true }
-            guard seen.insert(ObjectIdentifier(node)).inserted else { continue }
-            stack.append(contentsOf: node.childNodes)
-        }
-        return false
+    init(owning core: AnyObject) {
+        cores = [core]
     }
 
-    /// Every node reachable from `root`, `root` included.
-    static func reachable(from root: any TreeNodeGraph) -> [AnyObject] {
-        var seen = Set<ObjectIdentifier>()
-        var nodes = [AnyObject]()
-        var stack: [any TreeNodeGraph] = [root]
-        while let node = stack.popLast() {
-            guard seen.insert(ObjectIdentifier(node)).inserted else { continue }
-            nodes.append(node)
-            stack.append(contentsOf: node.childNodes)
+    /// The component that owns this one's cores now. Called with the lock held.
+    private var owner: TreeNodeComponent {
+        var component = self
+        while let next = component.mergedInto { component = next }
+        return component
+    }
+
+    static func join(_ first: TreeNodeComponent, _ second: TreeNodeComponent) {
+        lock.withLock { _ in
+            let (one, other) = (first.owner, second.owner)
+            guard one !== other else { return }
+            let (larger, smaller) = one.cores.count >= other.cores.count ? (one, other) : (other, one)
+            larger.cores += smaller.cores
+            smaller.cores = []
+            smaller.mergedInto = larger
         }
-        return nodes
     }
 }

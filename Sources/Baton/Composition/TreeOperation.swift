@@ -21,9 +21,8 @@ public final class TreeOperation<Input: Sendable>: AsyncOperation, ProgressRepor
     private let root: AnyTreeNode<Input>
     private let input: Input
     private let run: TreeRun
-    /// Every node reachable from the root when the tree was made: a cycle of nodes holds the node
-    /// that closes it weakly, so the tree holds them all while it lives.
-    private let nodes: [AnyObject]
+    /// The root node: it keeps every node joined to it alive while the tree lives.
+    private let rootNode: AnyObject
     private let concurrencyProblem: String?
 
     /// Creates a tree run.
@@ -40,9 +39,9 @@ public final class TreeOperation<Input: Sendable>: AsyncOperation, ProgressRepor
         input: Input,
         maxConcurrentOperationCount: Int = OperationQueue.defaultMaxConcurrentOperationCount
     ) {
-        self.root = AnyTreeNode(root)
+        self.root = AnyTreeNode(root.core)
         self.input = input
-        nodes = TreeNodeWalk.reachable(from: root)
+        rootNode = root
         concurrencyProblem = ChildGroup.problem(maxConcurrentOperationCount: maxConcurrentOperationCount)
         run = TreeRun(maxConcurrentOperationCount: maxConcurrentOperationCount, valid: concurrencyProblem == nil)
         super.init()

@@ -40,8 +40,9 @@ public enum BatonError: Error, Sendable {
     /// Several nodes of an operation tree failed; each failure is a
     /// ``treeNodeFailed(path:operation:underlying:)``.
     case treeFailed(failures: [BatonError])
-    /// A tree node on an edge that closes a cycle was freed before its tree ran (the tree holds such
-    /// nodes weakly); keep the cycle's root alive until the tree is made.
+    /// A tree node was freed while its tree ran. Since nodes joined by `addChild` live and die
+    /// together, and a tree holds its root's, Baton no longer produces it; the case stays so that
+    /// existing `switch`es keep compiling.
     case treeNodeFreed(node: String)
     /// The last child of a sequence produced a value that is not the sequence's `Output`.
     case outputTypeMismatch(operation: OperationReference, expected: String, actual: String)
@@ -105,7 +106,7 @@ extension BatonError: CustomStringConvertible {
         case .treeFailed(let failures):
             return "\(failures.count) tree node(s) failed: \(failures.map(\.description).joined(separator: "; "))"
         case .treeNodeFreed(let node):
-            return "tree node \(node) closes a cycle and was freed before its tree ran; keep the cycle's root alive"
+            return "tree node \(node) was freed while its tree ran"
         case .outputTypeMismatch(let operation, let expected, let actual):
             return "\(operation) produces \(expected) but its last step produced \(actual)"
         case .invalidArgument(let operation, let reason):
