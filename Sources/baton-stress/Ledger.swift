@@ -4,13 +4,14 @@ import Foundation
 
 /// What was created, for reports.
 enum Kind: Int, CaseIterable, Sendable {
-    case voidLeaf, intLeaf, stepLeaf, group, resultGroup, sequence, generatorSequence, retry, tree, chain
+    case voidLeaf, intLeaf, stepLeaf, blockLeaf, group, resultGroup, sequence, generatorSequence, retry, tree, chain
 
     var label: String {
         switch self {
         case .voidLeaf: return "AsyncOperation leaf"
         case .intLeaf: return "ResultOperation leaf"
         case .stepLeaf: return "TransformOperation leaf"
+        case .blockLeaf: return "AsyncBlockOperation leaf (reruns)"
         case .group: return "GroupOperation"
         case .resultGroup: return "ResultGroupOperation"
         case .sequence: return "SequenceOperation(list)"
@@ -26,7 +27,7 @@ enum Kind: Int, CaseIterable, Sendable {
     var isCounted: Bool {
         switch self {
         case .voidLeaf, .intLeaf, .stepLeaf, .group, .sequence, .generatorSequence: return true
-        case .resultGroup, .retry, .tree, .chain: return false
+        case .blockLeaf, .resultGroup, .retry, .tree, .chain: return false
         }
     }
 
@@ -213,6 +214,17 @@ final class Ledger: @unchecked Sendable {
             }
             if executes[id] > 0 { violations[.executeTwice, default: 0] += 1 }
             executes[id] += 1
+        }
+    }
+
+    /// Called at each later run of a leaf that reruns its body: a run is allowed, one after its
+    /// outcome is not.
+    func noteRerun(_ id: Int, finishedAlready: Bool) {
+        withLock {
+            guard finishedAlready || counts[id] > 0 else { return }
+            violations[.executeAfterFinish, default: 0] += 1
+            details["rerun after finish: \(kinds[id].label) (outcome \(tags[id]), isFinished \(finishedAlready))", default: 0] +=
+                1
         }
     }
 

@@ -10,6 +10,9 @@ enum Scenario: String, CaseIterable, Sendable {
     case suspendCancel = "suspend-cancel"
     case sequence, generator, retry, tree, nested
     case lateChildren = "late-children"
+    case rerunCancel = "rerun-cancel"
+    case waits
+    case foundationDependencies = "foundation-dependencies"
 
     var weight: Int {
         switch self {
@@ -25,6 +28,9 @@ enum Scenario: String, CaseIterable, Sendable {
         case .tree: return 5
         case .nested: return 5
         case .lateChildren: return 5
+        case .rerunCancel: return 6
+        case .waits: return 3
+        case .foundationDependencies: return 4
         }
     }
 }
@@ -68,8 +74,10 @@ final class BatchBuilder {
         }
     }
 
-    /// Drops every strong reference the builder holds.
+    /// Drops every strong reference the builder holds, once the waiters of this batch are done (so
+    /// that their backlog cannot grow from batch to batch).
     func release() {
+        Self.waiters.sync {}
         held = []
         actions = []
     }
@@ -110,6 +118,115 @@ final class BatchBuilder {
             enqueue([root])
         case .lateChildren:
             lateChildren()
+        case .rerunCancel:
+            enqueue((0..<random.int(1...4)).map { _ in rerunLeaf(scenario: .rerunCancel) })
+        case .waits:
+            waits()
+        case .foundationDependencies:
+            foundationDependencies()
+        }
+    }
+
+    /// A block operation that reruns its body one to four times, from inside the body or from another
+    /// thread, while cancellations arrive from other threads: the body must never run on a decided
+    /// operation, and the operation must end exactly once.
+    private func rerunLeaf(scenario: Scenario) -> AsyncOperation {
+        let id = ledger.register(.blockLeaf, root: true, parent: nil, scenario: scenario)
+        let ledger = self.ledger
+        let reruns = random.int(1...4)
+        let fromOutside = random.chance(0.5)
+        let runs = Locked(0)
+        let operation = AsyncBlockOperation { operation in
+            let run = runs.withLock { runs -> Int in
+                runs += 1
+                return runs
+            }
+            let finishedAlready = operation.isFinished || operation.outcome != nil
+            if run == 1 {
+                ledger.noteExecute(id, finishedAlready: finishedAlready)
+            } else {
+                ledger.noteRerun(id, finishedAlready: finishedAlready)
+            }
+            if operation.isCancelled || run > reruns { return operation.finish() }
+            guard fromOutside else { return operation.rerun() }
+            DispatchQueue.global().async {
+                operation.rerun()
+                // A cancellation that landed while no call was inside makes the rerun moot (a block
+                // operation has no `didCancel()`): whoever sees it finishes.
+                if operation.isCancelled { operation.finish() }
+            }
+        }
+        ledger.bind(id, operation)
+        held.append(operation)
+        scheduleCancel(operation, after: random.chance(0.6) ? random.int(0...400) : nil)
+        return operation
+    }
+
+    private static let waiters = DispatchQueue(label: "baton-stress waiters")
+
+    /// A leaf that takes a while, with waiters that give up on it by the hundred: blocking waits with
+    /// tiny timeouts and `value` awaits whose tasks are cancelled. The waits must leave nothing behind
+    /// (the RSS check) and change nothing about the leaf.
+    private func waits() {
+        var plan = leafPlan()
+        plan.finish = .after(microseconds: random.int(2_000...10_000))
+        plan.timeout = nil
+        let leaf = VoidLeaf(ledger, plan, root: true, parent: nil, scenario: .waits)
+        plannedCancel(leaf)
+        held.append(leaf)
+        let blocking = random.int(10...100)
+        let awaits = random.int(0...3)
+        // Timeouts that run out at once or nearly: a timed semaphore wait costs far more than a few
+        // microseconds, and a backlog of waiters would hold their leaves and grow the process.
+        let timeout = random.int(0...2)
+        enqueue([leaf])
+        // One waiting thread for all of them: a blocked thread per leaf would make libdispatch grow
+        // hundreds of threads, which measures the thread pool, not Baton.
+        Self.waiters.async {
+            for _ in 0..<blocking { _ = try? leaf.wait(timeout: .microseconds(timeout)) }
+        }
+        for _ in 0..<awaits {
+            let task = Task { try await leaf.value }
+            DispatchQueue.global().asyncAfter(deadline: .now() + .microseconds(timeout)) { task.cancel() }
+        }
+    }
+
+    /// A `BlockOperation` that depends on an operation outside its chain or group, which is then
+    /// cancelled (or not) while that dependency runs: Baton must never let the Foundation operation
+    /// be freed while the dependency still points at it.
+    private func foundationDependencies() {
+        var outsidePlan = leafPlan()
+        outsidePlan.finish = .after(microseconds: random.int(0...2_000))
+        let outside = VoidLeaf(ledger, outsidePlan, root: true, parent: nil, scenario: .foundationDependencies)
+        held.append(outside)
+        let stage = BlockOperation {}
+        stage.addDependency(outside)
+        let cancelAfter = random.chance(0.7) ? random.int(0...1_000) : nil
+        if random.chance(0.5) {
+            let id = ledger.register(.chain, root: true, parent: nil, scenario: .foundationDependencies)
+            let first = VoidLeaf(ledger, leafPlan(), parent: nil)
+            let last = VoidLeaf(ledger, leafPlan(), parent: nil)
+            held.append(contentsOf: [first, last])
+            do {
+                let handle = try queue.addChain([first, stage, last])
+                handle.onFinish { [ledger] outcome in ledger.recordOutcome(id, OutcomeTag(outcome)) }
+                held.append(handle)
+                if let cancelAfter {
+                    DispatchQueue.global().asyncAfter(deadline: .now() + .microseconds(cancelAfter)) { handle.cancel() }
+                }
+            } catch {
+                ledger.count(.unexpectedError, detail: "\(error)")
+                [id, first.id, last.id].forEach(ledger.discard)
+            }
+            enqueue([outside])
+        } else {
+            let groupID = ledger.register(.group, root: true, parent: nil, scenario: .foundationDependencies)
+            let child = VoidLeaf(ledger, leafPlan(), parent: groupID)
+            let group = StressGroup(ledger, operations: [stage, child], failurePolicy: .continueOnFailure, maxConcurrent: -1)
+            ledger.bind(groupID, group)
+            held.append(contentsOf: [child, group])
+            scheduleCancel(group, after: cancelAfter)
+            enqueue([outside, group])
         }
     }
 

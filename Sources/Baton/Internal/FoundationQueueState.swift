@@ -90,17 +90,23 @@ enum FoundationQueueState: Equatable {
             return _openExistential(type, do: size)
         }
 
-        /// Whether a probe reads as expected: in no queue, then waiting in a suspended one.
+        /// Whether probes read as expected: in no queue; waiting in a suspended queue; finished once
+        /// started by hand. Nothing here waits: the layout is found lazily inside `start()`, on a
+        /// dispatch worker, while other workers may be blocked on the same one-time initialisation,
+        /// so waiting for a queue to run the probe could wait for ever.
         private func holds() -> Bool {
+            let fresh = BlockOperation {}
+            guard state(of: fresh) == .none else { return false }
+            fresh.start()
+            guard state(of: fresh) == .past else { return false }
             let probe = BlockOperation {}
-            guard state(of: probe) == .none else { return false }
             let queue = OperationQueue()
             queue.isSuspended = true
             queue.addOperation(probe)
             let waiting = state(of: probe) == .waiting
+            // It runs whenever a worker is free; nobody waits for it.
             queue.isSuspended = false
-            probe.waitUntilFinished()
-            return waiting && state(of: probe) == .past
+            return waiting
         }
     }
     #endif
