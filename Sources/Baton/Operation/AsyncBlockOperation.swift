@@ -25,8 +25,12 @@ public final class AsyncBlockOperation: AsyncOperation, @unchecked Sendable {
         body(self)
     }
 
-    /// Runs the body again, asynchronously, after the current call returns. A cancelled operation
-    /// finishes cancelled instead; a finished one ignores the call.
+    /// Runs the body again, asynchronously: after the current call returns when called from inside
+    /// the body, otherwise now on another thread (the dispatch queue of the queue that runs the
+    /// operation, when Baton launched it there). Called from inside the body of a cancelled operation,
+    /// the operation finishes cancelled instead. Ignored when the operation is decided or finished,
+    /// and after a cancellation arrived outside the body: whoever handles the cancellation finishes
+    /// the operation.
     public func rerun() {
         reexecute()
     }

@@ -139,7 +139,9 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     ///
     /// Started twice, it reports ``Diagnostic/Kind/startedTwice`` and does nothing. Started by hand
     /// while a Baton chain, composite or wait holds it, it reports
-    /// ``Diagnostic/Kind/startedWhileClaimed`` and does nothing: Baton starts it. Started
+    /// ``Diagnostic/Kind/startedWhileClaimed`` and does nothing: Baton starts it. Started by hand while
+    /// it waits in a queue you added it to (seen on Linux, where Baton can read Foundation's record), it
+    /// reports ``Diagnostic/Kind/startedWhileInQueue`` and does nothing: the queue starts it. Started
     /// before its dependencies finished, it reports ``Diagnostic/Kind/startedWhileNotReady`` and runs.
     public final override func start() {
         // Facts gathered before the lock: they read other locks (dependencies, Foundation's, the
