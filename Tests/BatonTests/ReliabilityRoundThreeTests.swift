@@ -242,6 +242,33 @@ final class ReliabilityRoundThreeTests: BatonTestCase {
         XCTAssertTrue(text.contains("serial queue"), text)
     }
 
+    /// A task the operation's body starts and does not await is not the operation: once the operation
+    /// has finished, the queue's slot is free and the run goes ahead.
+    func testAnAsyncRunFromATaskThatOutlivesItsOperationOnASerialQueueRuns() throws {
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        let said = Locked("not run")
+        let done = Gate()
+        let parentFinished = Gate()
+        let parent = AsyncTaskOperation<Void> {
+            Task {
+                await parentFinished.waitAsync()
+                do {
+                    said.mutate { $0 = "running" }
+                    let value = try await ImmediateOperation(.success(1)).run(on: queue)
+                    said.mutate { $0 = "ran \(value)" }
+                } catch {
+                    said.mutate { $0 = "\(error)" }
+                }
+                done.open()
+            }
+        }
+        parent.completionBlock = { parentFinished.open() }
+        _ = try parent.runToOutcome(on: queue)
+        done.wait()
+        XCTAssertEqual(said.value, "ran 1")
+    }
+
     func testABlockingRunOnAQueueWhoseDispatchQueueIsSerialIsRefusedAtOnce() throws {
         let underlying = DispatchQueue(label: "serial underlying")
         let queue = OperationQueue()
@@ -326,6 +353,30 @@ final class ReliabilityRoundThreeTests: BatonTestCase {
         XCTAssertEqual(operation.core.withLock { $0.life.waits.isEmpty }, true)
         operation.finish(with: 1)
         await Task.yield()
+    }
+
+    func testCancelledValueAwaitsOnARunningChainLeaveNoRegistrationBehind() async throws {
+        let hold = ManualOperation()
+        let handle = try OperationQueue().addChain([hold])
+        await hold.started.waitAsync()
+        let tasks = (0..<2_000).map { _ in Task { try await handle.value } }
+        for task in tasks { task.cancel() }
+        for task in tasks { _ = try? await task.value }
+        XCTAssertEqual(handle.registeredCallbackCount, 0)
+        hold.finish(with: 1)
+        let outcome = await handle.awaitOutcome()
+        XCTAssertTrue(outcome.isSuccess, "\(outcome)")
+    }
+
+    func testAWaitListReleasesWhatLeavesAndKeepsTheOrderOfWhatStays() {
+        var list = WaitList<Int>()
+        let tokens = (0..<1_000).map { list.append($0) }
+        for token in tokens where token % 3 != 0 { XCTAssertNotNil(list.remove(token)) }
+        XCTAssertNil(list.remove(tokens[1]), "removed twice")
+        XCTAssertEqual(list.count, 333)
+        XCTAssertLessThan(list.storage, 1_000, "holes are closed as waits leave")
+        XCTAssertEqual(list.takeAll(), (0..<1_000).filter { ($0 + 1) % 3 == 0 })
+        XCTAssertTrue(list.isEmpty)
     }
 
     // MARK: - 8. Arguments are checked before anything is enqueued

@@ -55,7 +55,9 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
         var isCancelled = false
         var firstFailure: (any Error)?
         var outcome: Outcome<Output>?
-        var callbacks: [@Sendable (Outcome<Output>) -> Void] = []
+        /// Callbacks and waits, in order: a wait that ends early (its task cancelled) takes its entry
+        /// out again, with what it held.
+        var callbacks = WaitList<@Sendable (Outcome<Output>) -> Void>()
         /// When recorded: the position of the next stage, and the record of the stage before it.
         var recordedStages = 0
         var lastRecordedStage: Int?
@@ -217,12 +219,30 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
         return await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 waiter.install(continuation)
-                onFinish { waiter.resume(with: $0) }
+                let registration: (token: UInt64?, finished: Outcome<Output>?) = state.withLock { state in
+                    if let outcome = state.outcome { return (nil, outcome) }
+                    return (state.callbacks.append { waiter.resume(with: $0) }, nil)
+                }
+                if let finished = registration.finished { return waiter.resume(with: finished) }
+                // Cancelled meanwhile: the wait is over, its registration is released here.
+                if let token = registration.token, !waiter.attach(token) { endWait(token) }
             }
         } onCancel: {
             if cancels { self.cancel() }
             waiter.resume(with: .cancelled)
+            if let token = waiter.attachedToken { self.endWait(token) }
         }
+    }
+
+    /// Test seam: how many callbacks and waits the handle holds.
+    var registeredCallbackCount: Int {
+        state.withLock { $0.callbacks.count }
+    }
+
+    /// Takes out the registration of a wait that ended early.
+    private func endWait(_ token: UInt64) {
+        let released = state.withLock { $0.callbacks.remove(token) }
+        withExtendedLifetime(released) {}
     }
 
     /// Adds a closure called once with the chain's outcome (at once if the chain has finished).
@@ -231,7 +251,7 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
     public func onFinish(_ callback: @escaping @Sendable (Outcome<Output>) -> Void) {
         let ready: Outcome<Output>? = state.withLock { state in
             if let outcome = state.outcome { return outcome }
-            state.callbacks.append(callback)
+            _ = state.callbacks.append(callback)
             return nil
         }
         if let ready { callback(ready) }
@@ -336,8 +356,7 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
             state.current = nil
             state.listed = []
             state.generator = nil
-            defer { state.callbacks = [] }
-            return Finishing(outcome: outcome, callbacks: state.callbacks)
+            return Finishing(outcome: outcome, callbacks: state.callbacks.takeAll())
         }
         guard let finishing else { return }
         if let recording {

@@ -25,7 +25,7 @@ extension AsyncOperation {
             case .finished: return .finished(state.life.finished!)
             case .refused: return .refused
             case .registered(let token):
-                state.waits.append((token, resume))
+                state.waits.append(resume, token: token)
                 return .waiting(token)
             }
         }
@@ -36,10 +36,8 @@ extension AsyncOperation {
     @discardableResult
     func endWait(_ token: UInt64) -> Bool {
         let released: (@Sendable () -> Void)? = core.withLock { state in
-            guard state.life.waitEnded(token: token), let index = state.waits.firstIndex(where: { $0.token == token }) else {
-                return nil
-            }
-            return state.waits.remove(at: index).resume
+            guard state.life.waitEnded(token: token) else { return nil }
+            return state.waits.remove(token)
         }
         return released != nil
     }
@@ -178,10 +176,29 @@ extension AsyncOperation {
     }
 }
 
-/// The operation queue whose Baton operation started the current task: an `async` wait inside it
-/// knows what it holds, as `OperationQueue.current` tells a blocking one (a task has none).
+/// The operation queue whose Baton operation started the current task, and that operation: an `async`
+/// wait inside it knows what it holds, as `OperationQueue.current` tells a blocking one (a task has
+/// none). Tasks the body starts inherit it; the operation holds the queue's slot only until it has
+/// finished, so a task that outlives it holds nothing.
 enum RunningQueue {
-    @TaskLocal static var current: ObjectIdentifier?
+    /// Written once, in `init`; the operation is held weakly.
+    final class Holder: @unchecked Sendable {
+        let queue: ObjectIdentifier
+        weak var operation: AsyncOperation?
+
+        init(queue: ObjectIdentifier, operation: AsyncOperation) {
+            self.queue = queue
+            self.operation = operation
+        }
+
+        /// The queue whose slot the current task's operation still holds.
+        var heldQueue: ObjectIdentifier? {
+            guard let operation, !operation.isFinished else { return nil }
+            return queue
+        }
+    }
+
+    @TaskLocal static var current: Holder?
 }
 
 extension OperationQueue {
@@ -198,7 +215,7 @@ extension OperationQueue {
         if blocking && Thread.isMainThread && (self === OperationQueue.main || underlying?.label == Self.mainLabel) {
             return "the main thread would wait for a queue that runs on the main thread"
         }
-        let current = blocking ? OperationQueue.current.map(ObjectIdentifier.init) : RunningQueue.current
+        let current = blocking ? OperationQueue.current.map(ObjectIdentifier.init) : RunningQueue.current?.heldQueue
         guard current == ObjectIdentifier(self) else { return nil }
         if maxConcurrentOperationCount == 1 {
             return "called from the serial queue that must run it"

@@ -31,9 +31,8 @@ public final class AsyncTaskOperation<Output: Sendable>: ResultOperation<Output>
         let body = self.body
         // The task knows the queue whose slot this operation holds: an `async` wait inside it for
         // work on that queue is refused when the queue could run nothing else (RunningQueue).
-        let running = RunningQueue.$current.withValue(OperationQueue.current.map(ObjectIdentifier.init)) {
-            makeTask(body)
-        }
+        let holder = OperationQueue.current.map { RunningQueue.Holder(queue: ObjectIdentifier($0), operation: self) }
+        let running = RunningQueue.$current.withValue(holder) { makeTask(body) }
         task.withLock { $0 = running }
         if isCancelled { running.cancel() }
     }

@@ -35,9 +35,8 @@ extension AsyncOperation {
         var outcomeObservers: [@Sendable (Outcome<(any Sendable)?>) -> Void] = []
         /// Internal hooks that run after `isFinished` has been announced.
         var finishedHooks: [@Sendable () -> Void] = []
-        /// What each registered wait runs when the operation finishes, with the machine's wait token
-        /// (few at a time: an array, one allocation, as the finished hooks).
-        var waits: [(token: UInt64, resume: @Sendable () -> Void)] = []
+        /// What each registered wait runs when the operation finishes, by the machine's wait token.
+        var waits = WaitList<@Sendable () -> Void>()
         var notificationTap: (@Sendable (Notification) -> Void)?
 
         var isCancelled: Bool { life.cancelRequested }
@@ -112,7 +111,7 @@ extension AsyncOperation {
         struct Commit {
             var action: Life.CommitAction
             var hooks: [@Sendable () -> Void]
-            var waits: [(token: UInt64, resume: @Sendable () -> Void)]
+            var waits: [@Sendable () -> Void]
             var tap: (@Sendable (Notification) -> Void)?
             var link: RecorderLink
         }
@@ -120,11 +119,10 @@ extension AsyncOperation {
             let action = state.life.outcomeDelivered()
             defer {
                 state.finishedHooks = []
-                state.waits = []
                 state.delegate = nil
             }
             return Commit(
-                action: action, hooks: state.finishedHooks, waits: state.waits, tap: state.notificationTap,
+                action: action, hooks: state.finishedHooks, waits: state.waits.takeAll(), tap: state.notificationTap,
                 link: state.recorderLink)
         }
         guard case .announce(let wasExecuting) = commit.action else {
@@ -142,7 +140,7 @@ extension AsyncOperation {
         if !hooks.isEmpty {
             Trampoline.run { for hook in hooks { hook() } }
         }
-        for wait in commit.waits { wait.resume() }
+        for resume in commit.waits { resume() }
     }
 
     /// An event the machine says cannot happen in this state: a bug in Baton. Traps in debug builds,
