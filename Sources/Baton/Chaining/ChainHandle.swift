@@ -363,12 +363,12 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
             recording.recorder.finished(recording.id, status: FlightRecord.Status(finishing.outcome), name: nil)
         }
         // Callbacks first: whoever waits sees them done.
-        for callback in finishing.callbacks { callback(finishing.outcome) }
+        finishing.callbacks.forEach { $0(finishing.outcome) }
         finished.leave()
     }
 
     private struct Finishing {
         let outcome: Outcome<Output>
-        let callbacks: [@Sendable (Outcome<Output>) -> Void]
+        let callbacks: WaitList<@Sendable (Outcome<Output>) -> Void>
     }
 }

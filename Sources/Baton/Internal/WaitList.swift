@@ -49,12 +49,21 @@ struct WaitList<Callback> {
         return callback
     }
 
-    /// Takes every entry, in order, and empties the list.
-    mutating func takeAll() -> [Callback] {
-        defer {
-            entries = []
-            holes = 0
-        }
-        return entries.compactMap(\.callback)
+    /// Empties the list and hands over what it held (its storage, not a copy: every finish calls it).
+    mutating func takeAll() -> WaitList {
+        let taken = self
+        entries = []
+        holes = 0
+        return taken
     }
+
+    /// Calls `body` with each entry, in order.
+    func forEach(_ body: (Callback) -> Void) {
+        for entry in entries {
+            if let callback = entry.callback { body(callback) }
+        }
+    }
+
+    /// The entries, in order.
+    var values: [Callback] { entries.compactMap(\.callback) }
 }

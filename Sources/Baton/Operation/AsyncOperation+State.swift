@@ -111,7 +111,7 @@ extension AsyncOperation {
         struct Commit {
             var action: Life.CommitAction
             var hooks: [@Sendable () -> Void]
-            var waits: [@Sendable () -> Void]
+            var waits: WaitList<@Sendable () -> Void>
             var tap: (@Sendable (Notification) -> Void)?
             var link: RecorderLink
         }
@@ -140,7 +140,7 @@ extension AsyncOperation {
         if !hooks.isEmpty {
             Trampoline.run { for hook in hooks { hook() } }
         }
-        for resume in commit.waits { resume() }
+        commit.waits.forEach { $0() }
     }
 
     /// An event the machine says cannot happen in this state: a bug in Baton. Traps in debug builds,
