@@ -363,7 +363,7 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
             recording.recorder.finished(recording.id, status: FlightRecord.Status(finishing.outcome), name: nil)
         }
         // Callbacks first: whoever waits sees them done.
-        finishing.callbacks.forEach { $0(finishing.outcome) }
+        for callback in finishing.callbacks { callback(finishing.outcome) }
         finished.leave()
     }
 

@@ -57,13 +57,24 @@ struct WaitList<Callback> {
         return taken
     }
 
-    /// Calls `body` with each entry, in order.
-    func forEach(_ body: (Callback) -> Void) {
-        for entry in entries {
-            if let callback = entry.callback { body(callback) }
+    /// The entries, in order.
+    var values: [Callback] { entries.compactMap(\.callback) }
+}
+
+extension WaitList: Sequence {
+    /// The entries in order, skipping the holes.
+    struct Iterator: IteratorProtocol {
+        fileprivate var base: IndexingIterator<[(token: UInt64, callback: Callback?)]>
+
+        mutating func next() -> Callback? {
+            while let entry = base.next() {
+                if let callback = entry.callback { return callback }
+            }
+            return nil
         }
     }
 
-    /// The entries, in order.
-    var values: [Callback] { entries.compactMap(\.callback) }
+    func makeIterator() -> Iterator {
+        Iterator(base: entries.makeIterator())
+    }
 }

@@ -140,7 +140,7 @@ extension AsyncOperation {
         if !hooks.isEmpty {
             Trampoline.run { for hook in hooks { hook() } }
         }
-        commit.waits.forEach { $0() }
+        for resume in commit.waits { resume() }
     }
 
     /// An event the machine says cannot happen in this state: a bug in Baton. Traps in debug builds,
