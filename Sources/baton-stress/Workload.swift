@@ -13,6 +13,7 @@ enum Scenario: String, CaseIterable, Sendable {
     case rerunCancel = "rerun-cancel"
     case waits
     case foundationDependencies = "foundation-dependencies"
+    case mainThread = "main-thread"
 
     var weight: Int {
         switch self {
@@ -31,6 +32,7 @@ enum Scenario: String, CaseIterable, Sendable {
         case .rerunCancel: return 6
         case .waits: return 3
         case .foundationDependencies: return 4
+        case .mainThread: return 3
         }
     }
 }
@@ -124,6 +126,31 @@ final class BatchBuilder {
             waits()
         case .foundationDependencies:
             foundationDependencies()
+        case .mainThread:
+            mainThread()
+        }
+    }
+
+    /// A queue whose dispatch queue is the main queue (the main thread pumps it while it waits for the
+    /// batch).
+    private static let mainThreadQueue: OperationQueue = {
+        let queue = OperationQueue()
+        queue.name = "baton-stress main-thread queue"
+        queue.underlyingQueue = DispatchQueue.main
+        return queue
+    }()
+
+    /// Leaves and a chain on a queue that runs on the main thread (`OperationQueue.main`, or one whose
+    /// dispatch queue is the main queue), with starts by hand on the main thread of the chain's stages
+    /// while they wait there: only the queue's own start may run them.
+    private func mainThread() {
+        let target = random.chance(0.5) ? OperationQueue.main : Self.mainThreadQueue
+        let leaves = (0..<random.int(1...3)).map { _ in leaf(parent: nil, root: true, scenario: .mainThread) }
+        target.addOperations(leaves, waitUntilFinished: false)
+        chain(on: target, scenario: .mainThread)
+        // `chain(on:)` ran the planned cancellations; the intruders come on top.
+        for case let stage as AsyncOperation in held.suffix(6) where random.chance(0.3) {
+            DispatchQueue.main.async { stage.start() }
         }
     }
 
@@ -237,8 +264,8 @@ final class BatchBuilder {
         for action in pending { action() }
     }
 
-    private func chain() {
-        let id = ledger.register(.chain, root: true, parent: nil, scenario: .chain)
+    private func chain(on target: OperationQueue? = nil, scenario: Scenario = .chain) {
+        let id = ledger.register(.chain, root: true, parent: nil, scenario: scenario)
         let length = random.int(2...6)
         let first = IntLeaf(ledger, leafPlan(), parent: nil)
         var operations: [AsyncOperation] = [first]
@@ -253,7 +280,7 @@ final class BatchBuilder {
         let expected = first.plan.value + length - 1
         let cancelChain = random.chance(0.05) ? random.int(0...1_000) : nil
         do {
-            let handle = try queue.addChain(operations)
+            let handle = try (target ?? queue).addChain(operations)
             handle.onFinish { [ledger] outcome in
                 if case .succeeded(let value) = outcome, (value as? Int) != expected {
                     ledger.count(.wrongOutput, detail: "chain of \(length) ended with \(value), expected \(expected)")

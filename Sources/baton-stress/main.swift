@@ -113,7 +113,10 @@ func wait(for group: DispatchGroup, ledger: Ledger, stall: Double, timeout: Doub
     var lastProgress = ledger.progress
     var lastChange = start
     while true {
-        if group.wait(timeout: .now() + 0.05) == .success { return true }
+        // The main thread runs the work of the queues that run on it (the main-thread scenario) while
+        // it waits.
+        RunLoop.main.run(until: Date(timeIntervalSinceNow: 0.002))
+        if group.wait(timeout: .now()) == .success { return true }
         let time = now()
         let progress = ledger.progress
         if progress != lastProgress {
