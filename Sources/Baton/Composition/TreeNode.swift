@@ -203,7 +203,8 @@ struct AnyTreeNode<Input: Sendable>: Sendable {
 /// held in a loop.
 final class TreeNodeComponent: @unchecked Sendable {
     /// Guards every component's fields: joins happen while trees are configured, never per operation.
-    private static let lock = Mutex(())
+    /// Its state counts the joins (a lock's state must not be empty: see `Mutex`).
+    private static let lock = Mutex(0)
     private var cores: [AnyObject]
     private var mergedInto: TreeNodeComponent?
 
@@ -219,7 +220,8 @@ final class TreeNodeComponent: @unchecked Sendable {
     }
 
     static func join(_ first: TreeNodeComponent, _ second: TreeNodeComponent) {
-        lock.withLock { _ in
+        lock.withLock { joins in
+            joins += 1
             let (one, other) = (first.owner, second.owner)
             guard one !== other else { return }
             let (larger, smaller) = one.cores.count >= other.cores.count ? (one, other) : (other, one)

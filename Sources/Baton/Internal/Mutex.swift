@@ -13,6 +13,9 @@ import Musl
 /// state, the one element is the platform lock (`os_unfair_lock` on Apple platforms, a
 /// `pthread_mutex_t` elsewhere).
 ///
+/// `State` must not be empty (`Void`): the state is the buffer's header, and an empty header shares its
+/// address with the platform lock, which ThreadSanitizer then reports as a race on every contended use.
+///
 /// Rules that keep it deadlock-free: never call out of Baton (callbacks, KVO notifications, other
 /// operations' methods) inside `withLock`; decide under the lock, act after it.
 struct Mutex<State>: @unchecked Sendable {
