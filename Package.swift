@@ -13,7 +13,9 @@ let package = Package(
     ],
     targets: [
         .target(name: "Baton"),
-        .executableTarget(name: "baton-demo", dependencies: ["Baton"]),
+        // The demo's system facts that Swift's C overlays lack (file system types, thread ids).
+        .target(name: "CBatonDemo"),
+        .executableTarget(name: "baton-demo", dependencies: ["Baton", "CBatonDemo"]),
         .executableTarget(name: "baton-bench", dependencies: ["Baton"]),
         .executableTarget(name: "baton-stress", dependencies: ["Baton"]),
         .plugin(
@@ -27,7 +29,7 @@ let package = Package(
             ),
             path: "Sources/BatonScaffold"
         ),
-        .testTarget(name: "BatonTests", dependencies: ["Baton", "baton-demo"], exclude: ["Templates/Golden"]),
+        .testTarget(name: "BatonTests", dependencies: ["Baton", "baton-demo", "CBatonDemo"], exclude: ["Templates/Golden"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,174 +1,264 @@
 import Baton
 import Foundation
 
-/// A path as the file system has it: bytes, not necessarily UTF-8. System calls get the bytes; only
-/// what is printed is decoded.
-struct RawPath: Sendable {
-    /// The path's bytes followed by a NUL, ready for system calls.
-    private let terminated: [UInt8]
-
-    init(_ string: String) { terminated = Array(string.utf8) + [0] }
-    private init(terminated: [UInt8]) { self.terminated = terminated }
-
-    /// The path's bytes, without the NUL.
-    var bytes: ArraySlice<UInt8> { terminated.dropLast() }
-
-    /// The path for display (bytes that are not UTF-8 shown as U+FFFD).
-    var display: String { String(decoding: bytes, as: UTF8.self) }
-
-    /// The path of `name` inside this directory.
-    func appending(_ name: UnsafeRawBufferPointer) -> RawPath {
-        var joined = [UInt8]()
-        joined.reserveCapacity(terminated.count + name.count + 1)
-        joined.append(contentsOf: bytes)
-        if joined.last != UInt8(ascii: "/") { joined.append(UInt8(ascii: "/")) }
-        joined.append(contentsOf: name)
-        joined.append(0)
-        return RawPath(terminated: joined)
-    }
-
-    /// The part below a root whose path is `rootLength` bytes long (its trailing `/` included), for
-    /// display: `.` for the root itself.
-    func relative(droppingFirst rootLength: Int) -> String {
-        let bytes = self.bytes
-        return bytes.count > rootLength ? String(decoding: bytes.dropFirst(rootLength), as: UTF8.self) : "."
-    }
-
-    /// Calls `body` with the path as a NUL-terminated C string.
-    func withCString<Result>(_ body: (UnsafePointer<CChar>) -> Result) -> Result {
-        terminated.withUnsafeBufferPointer { buffer in
-            buffer.withMemoryRebound(to: CChar.self) { body($0.baseAddress!) }
-        }
-    }
-}
-
 /// What one directory holds: the files to read and the directories to walk next.
 struct Listing: Sendable {
     let directory: RawPath
     let files: [FoundFile]
-    let subdirectories: [RawPath]
+    let subdirectories: [FoundDirectory]
+
+    static func empty(_ directory: RawPath) -> Listing { Listing(directory: directory, files: [], subdirectories: []) }
 }
 
-/// A regular file found by a listing, with the size it had then.
+/// A regular file found by a listing: the size it had then, and which file it was.
 struct FoundFile: Sendable {
     let path: RawPath
     let size: Int
+    let identity: FileIdentity
 }
 
-/// What the audit records for one file read to the end.
-struct FileRecord: Sendable {
-    /// The path below the audited directory.
-    let path: String
-    let bytes: Int
-    let checksum: UInt64
+/// A directory to list: which directory a listing saw there (nil for the audited directory itself,
+/// which may be reached through symbolic links).
+struct FoundDirectory: Sendable {
+    let path: RawPath
+    let identity: FileIdentity?
 }
 
-/// What became of one file.
-enum FileAudit: Sendable {
-    case checksummed(FileRecord)
-    case unreadable(path: String, size: Int, reason: String)
-}
-
-/// Lists one directory with `lstat`: regular files, subdirectories, and the symbolic links and special
-/// files it skips (counted in the ledger). Hidden entries are left out.
-final class ListDirectory: ResultOperation<Listing>, @unchecked Sendable {
-    let directory: RawPath
+/// What every operation of one audit shares (one reference per operation, not four).
+final class AuditContext: Sendable {
+    /// The length of the audited directory's path, its trailing `/` included: paths are cut there.
     let rootLength: Int
     let ledger: Ledger
+    let watch: ReadWatch
+    let seams: AuditSeams
 
-    init(_ directory: RawPath, rootLength: Int, ledger: Ledger) {
-        self.directory = directory
+    init(rootLength: Int, ledger: Ledger, watch: ReadWatch, seams: AuditSeams) {
         self.rootLength = rootLength
         self.ledger = ledger
+        self.watch = watch
+        self.seams = seams
+    }
+}
+
+/// Test seams: code that runs at the moments a hostile tree changes under the audit.
+struct AuditSeams: Sendable {
+    /// Just before a directory is opened to be listed.
+    var beforeList: (@Sendable (ListDirectory) -> Void)?
+    /// Just before a file is opened.
+    var beforeOpen: (@Sendable (ChecksumFile) -> Void)?
+    /// Just after a file was opened and found to be the file that was listed, with its descriptor.
+    var afterOpen: (@Sendable (ChecksumFile, Int32) -> Void)?
+
+    init(
+        beforeList: (@Sendable (ListDirectory) -> Void)? = nil, beforeOpen: (@Sendable (ChecksumFile) -> Void)? = nil,
+        afterOpen: (@Sendable (ChecksumFile, Int32) -> Void)? = nil
+    ) {
+        self.beforeList = beforeList
+        self.beforeOpen = beforeOpen
+        self.afterOpen = afterOpen
+    }
+}
+
+/// Lists one directory: regular files, subdirectories, and the symbolic links and special files it
+/// skips (counted in the ledger). Hidden entries are left out. The directory is opened without
+/// following a symbolic link and without blocking, and must still be the directory its parent listed;
+/// a directory on a pseudo-file system is skipped (`PseudoFileSystem`). Entries are examined relative
+/// to the open directory (`fstatat`), so depth never matters.
+final class ListDirectory: ResultOperation<Listing>, @unchecked Sendable {
+    let directory: FoundDirectory
+    let context: AuditContext
+
+    init(_ directory: FoundDirectory, context: AuditContext) {
+        self.directory = directory
+        self.context = context
         super.init()
-        name = "list \(directory.display)"
+        name = "list \(directory.path.display)"
     }
 
     override func execute() {
-        guard let stream = directory.withCString({ opendir($0) }) else {
-            let reason = String(cString: strerror(errno))
-            ledger.unreadableDirectory(directory.relative(droppingFirst: rootLength), reason: reason)
-            return finish(with: Listing(directory: directory, files: [], subdirectories: []))
+        let (ledger, rootLength) = (context.ledger, context.rootLength)
+        context.seams.beforeList?(self)
+        let path = directory.path
+        let follow = directory.identity == nil ? 0 : O_NOFOLLOW
+        let descriptor = path.open(O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC | follow)
+        guard descriptor >= 0 else {
+            let reason = errno == ELOOP || errno == ENOTDIR ? "replaced while auditing" : String(cString: strerror(errno))
+            return skip(errno == ELOOP || errno == ENOTDIR ? .changed : .unreadable, reason, closing: nil)
+        }
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else {
+            return skip(.unreadable, String(cString: strerror(errno)), closing: descriptor)
+        }
+        if let expected = directory.identity, FileIdentity(status) != expected {
+            return skip(.changed, "replaced while auditing", closing: descriptor)
+        }
+        if let fileSystem = PseudoFileSystem.name(of: descriptor) {
+            return skip(.skipped, "on \(fileSystem), a pseudo-file system (its files are not read)", closing: descriptor)
+        }
+        guard let stream = fdopendir(descriptor) else {
+            return skip(.unreadable, String(cString: strerror(errno)), closing: descriptor)
         }
         defer { closedir(stream) }
+        let listed = dirfd(stream)
         var files = [FoundFile]()
-        var subdirectories = [RawPath]()
+        var subdirectories = [FoundDirectory]()
         var links = 0
         var special = 0
-        while let entry = readdir(stream) {
-            let path: RawPath? = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+        while true {
+            errno = 0
+            guard let entry = readdir(stream) else { break }
+            withUnsafeBytes(of: entry.pointee.d_name) { raw in
                 let name = UnsafeRawBufferPointer(rebasing: raw.prefix { $0 != 0 })
                 // ".", "..", and hidden entries are left out.
-                return name.first == UInt8(ascii: ".") ? nil : directory.appending(name)
-            }
-            guard let path else { continue }
-            var status = stat()
-            guard path.withCString({ lstat($0, &status) }) == 0 else {
-                files.append(FoundFile(path: path, size: 0))   // reported as unreadable when read
-                continue
-            }
-            switch status.st_mode & S_IFMT {
-            case S_IFREG: files.append(FoundFile(path: path, size: Int(status.st_size)))
-            case S_IFDIR: subdirectories.append(path)
-            case S_IFLNK: links += 1
-            default: special += 1
+                guard name.first != UInt8(ascii: ".") else { return }
+                let entryPath = path.appending(name)
+                var status = stat()
+                guard fstatat(listed, raw.baseAddress!.assumingMemoryBound(to: CChar.self), &status, AT_SYMLINK_NOFOLLOW) == 0
+                else {
+                    let reason = String(cString: strerror(errno))
+                    ledger.record(
+                        ManifestEntry(pathBytes: entryPath.relative(droppingFirst: rootLength), status: .unreadable, size: 0),
+                        reason)
+                    return
+                }
+                switch status.st_mode & S_IFMT {
+                case S_IFREG: files.append(FoundFile(path: entryPath, size: Int(status.st_size), identity: FileIdentity(status)))
+                case S_IFDIR: subdirectories.append(FoundDirectory(path: entryPath, identity: FileIdentity(status)))
+                case S_IFLNK: links += 1
+                default: special += 1
+                }
             }
         }
+        if errno != 0 {
+            let entry = ManifestEntry(pathBytes: path.relative(droppingFirst: rootLength), status: .unreadable, size: 0)
+            ledger.record(entry, "listing stopped: " + String(cString: strerror(errno)))
+        }
         ledger.listed(files: files, links: links, special: special)
-        finish(with: Listing(directory: directory, files: files, subdirectories: subdirectories))
+        finish(with: Listing(directory: path, files: files, subdirectories: subdirectories))
+    }
+
+    /// Reports the directory as not listed and finishes with nothing in it.
+    private func skip(_ status: ManifestEntry.Status, _ reason: String, closing descriptor: Int32?) {
+        if let descriptor { close(descriptor) }
+        let path = directory.path.relative(droppingFirst: context.rootLength)
+        context.ledger.record(ManifestEntry(pathBytes: path, status: status, size: 0), reason)
+        finish(with: .empty(directory.path))
     }
 }
 
 /// Reads a file in chunks of at most 1 MiB and checksums it (XXH64) as it goes, so memory stays
-/// bounded whatever the file's size; stops between chunks when cancelled.
+/// bounded whatever the file's size.
+///
+/// Nothing can make it block or read what it must not: the file is opened without blocking and
+/// without following a symbolic link, and must still be the regular file that was listed (same
+/// device and inode), or it is reported as changed and not read. It reads at most the size the file
+/// had when opened and one chunk more: a file that grows (or shrinks) meanwhile is reported as
+/// changed, so a file someone keeps writing cannot keep it reading. Each read(2) can be interrupted
+/// (`FileReader`): a cancel stops it within the watch's tick, and one that blocks past the watch's
+/// deadline is reported as stalled.
 final class ChecksumFile: ResultOperation<FileAudit>, @unchecked Sendable {
     static let chunkSize = 1 << 20
 
     let file: FoundFile
-    let relativePath: String
-    /// Runs just before the file is opened (tests use it to make a file vanish).
-    let beforeRead: (@Sendable (ChecksumFile) -> Void)?
+    let context: AuditContext
 
-    init(_ file: FoundFile, relativePath: String, beforeRead: (@Sendable (ChecksumFile) -> Void)?) {
+    /// The path below the audited directory (a slice of the file's path).
+    var relativePath: ArraySlice<UInt8> { file.path.relative(droppingFirst: context.rootLength) }
+
+    init(_ file: FoundFile, context: AuditContext) {
         self.file = file
-        self.relativePath = relativePath
-        self.beforeRead = beforeRead
+        self.context = context
         super.init()
-        name = "read \(relativePath)"
+        name = "read \(escapedForDisplay(relativePath))"
     }
 
     override func execute() {
-        beforeRead?(self)
-        let descriptor = file.path.withCString { open($0, O_RDONLY | O_NOFOLLOW) }
-        guard descriptor >= 0 else { return unreadable(errno) }
+        context.seams.beforeOpen?(self)
+        if isCancelled { return finish() }
+        let descriptor = file.path.open(O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)
+        guard descriptor >= 0 else {
+            let failure = errno
+            return failure == ELOOP ? report(.changed, "replaced by a symbolic link while auditing") : unreadable(failure)
+        }
         defer { close(descriptor) }
-        // A buffer as large as the file (a multiple of 32 bytes, as XXH64 needs), up to a chunk.
-        let capacity = min(Self.chunkSize, max(64, (file.size + 32) / 32 * 32))
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else { return unreadable(errno) }
+        guard status.st_mode & S_IFMT == S_IFREG else {
+            return report(.changed, "replaced by \(kind(of: status)) while auditing")
+        }
+        guard FileIdentity(status) == file.identity else { return report(.changed, "replaced by another file while auditing") }
+        context.seams.afterOpen?(self, descriptor)
+        // The reader exists only while the file is read: a tree of a million files holds a million
+        // of these operations.
+        context.watch.watching(for: self) { reader in read(descriptor, size: Int(status.st_size), with: reader) }
+    }
+
+    /// Reads the file to its end, which must come at `size` bytes.
+    ///
+    /// A short read that reaches `size` is the end (on a regular file, a read returns fewer bytes
+    /// than asked only at the end): the usual read that returns 0 to show it is not needed, which
+    /// makes up for the `fstat` of the open. The descriptor keeps `O_NONBLOCK`, which regular files
+    /// on local file systems ignore; a file system that honours it (a read fails with `EAGAIN`) gets
+    /// it cleared and the read again, so tiny files pay no `fcntl`.
+    private func read(_ descriptor: Int32, size: Int, with reader: FileReader) {
+        // A buffer larger than the file (a multiple of 32 bytes, as XXH64 needs), up to a chunk.
+        let capacity = min(Self.chunkSize, max(64, (size + 32) / 32 * 32))
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 16)
         defer { buffer.deallocate() }
         var hash = XXH64()
         var total = 0
-        while true {
+        var ended = false
+        while !ended {
             if isCancelled { return finish() }
             var filled = 0
-            while filled < capacity {
-                let count = read(descriptor, buffer.baseAddress! + filled, capacity - filled)
-                if count < 0 {
-                    if errno == EINTR { continue }
-                    return unreadable(errno)
+            while filled < capacity && !ended {
+                let wanted = capacity - filled
+                switch reader.read(descriptor, into: buffer.baseAddress! + filled, count: wanted) {
+                case .bytes(let count):
+                    filled += count
+                    ended = count == 0 || (count < wanted && total + filled == size)
+                case .failed(let failure) where failure == EAGAIN || failure == EWOULDBLOCK:
+                    guard fcntl(descriptor, F_SETFL, 0) == 0 else { return unreadable(errno) }
+                case .failed(let failure): return unreadable(failure)
+                case .stopped(.cancelled): return finish()
+                case .stopped(.stalled):
+                    return report(.unreadable, "a read blocked for more than \(context.watch.deadline) s")
                 }
-                if count == 0 { break }
-                filled += count
             }
-            hash.update(UnsafeRawBufferPointer(rebasing: buffer[..<filled]))
             total += filled
-            if filled < capacity { break }
+            if total > size { return report(.changed, "grew while being read") }
+            hash.update(UnsafeRawBufferPointer(rebasing: buffer[..<filled]))
         }
-        if isCancelled { return finish() }
-        finish(with: .checksummed(FileRecord(path: relativePath, bytes: total, checksum: hash.digest)))
+        if total < size { return report(.changed, "shrank while being read") }
+        finish(
+            with: FileAudit(
+                entry: ManifestEntry(pathBytes: relativePath, status: .checksum(hash.digest), size: total), problem: nil))
     }
 
     private func unreadable(_ code: Int32) {
-        finish(with: .unreadable(path: relativePath, size: file.size, reason: String(cString: strerror(code))))
+        report(.unreadable, String(cString: strerror(code)))
+    }
+
+    private func report(_ status: ManifestEntry.Status, _ reason: String) {
+        finish(with: FileAudit(entry: ManifestEntry(pathBytes: relativePath, status: status, size: file.size), problem: reason))
+    }
+}
+
+/// What became of one file: its manifest entry and, if it was not checksummed, why.
+struct FileAudit: Sendable {
+    let entry: ManifestEntry
+    let problem: String?
+}
+
+/// What a file's status says it is, in words.
+func kind(of status: stat) -> String {
+    switch status.st_mode & S_IFMT {
+    case S_IFIFO: "a FIFO"
+    case S_IFCHR: "a character device"
+    case S_IFBLK: "a block device"
+    case S_IFSOCK: "a socket"
+    case S_IFDIR: "a directory"
+    case S_IFLNK: "a symbolic link"
+    default: "a special file"
     }
 }

@@ -3,17 +3,32 @@ import Dispatch
 import Foundation
 
 let usage = """
-    usage: baton-demo [DIRECTORY] [--concurrency N] [--manifest FILE] [--trace FILE] [--graph FILE]
+    usage: baton-demo [DIRECTORY] [--concurrency N] [--manifest FILE] [--check FILE]
+                      [--read-timeout SECONDS] [--trace FILE] [--graph FILE]
 
     Reads every file under DIRECTORY (default: the current directory) in chunks of at most 1 MiB,
     N files at a time (default 4), checksums each (XXH64) and prints a summary.
       --concurrency N, -j N   how many operations run at once (at least 1)
-      --manifest FILE         writes one line per file, sorted by path: checksum, size, path
+      --manifest FILE         writes one line per entry, sorted by the path's bytes:
+                                CHECKSUM SIZE PATH
+                              CHECKSUM is 16 hex digits, or unreadable, changed (while auditing) or
+                              skipped (a pseudo-file system); PATH is raw bytes. As sha256sum does, a
+                              line whose path holds \\, a newline or a carriage return starts with \\,
+                              and those are written \\\\, \\n and \\r. The tree checksum is the
+                              manifest's XXH64.
+      --check FILE            compares the tree with a manifest written by --manifest and lists what
+                              changed, is missing and is new (exit status 1 if anything differs)
+      --read-timeout SECONDS  a read(2) that blocks longer is stopped, the file reported (default 30)
       --trace FILE            records the run and writes it as a Chrome trace (open it in Perfetto)
       --graph FILE            records the run and writes its graph: Graphviz DOT, or Mermaid if FILE
                               ends in .mmd (the most recent 100,000 operations of a larger run)
-    Symbolic links are counted, not followed; hidden entries and special files are skipped.
-    Exit status: 0 every file read, 1 some could not be read, 2 usage error, 130 interrupted.
+    Symbolic links are counted, not followed; hidden entries and special files (FIFOs, devices,
+    sockets) are skipped, and so are directories on pseudo-file systems (procfs, sysfs, debugfs, …),
+    whose reads can block, never end or consume data. A file that is replaced, grows or shrinks while
+    it is audited is reported as changed, not read. Names are printed with undecodable bytes and
+    control characters escaped (\\xFE, \\n).
+    Exit status: 0 every file read (and the check found no difference), 1 some could not be read or
+    changed (or the check found differences), 2 usage error or unreadable manifest, 130 interrupted.
     """
 
 /// What the command line asked for.
@@ -21,6 +36,8 @@ struct DemoOptions: Equatable {
     var directory = "."
     var concurrency = 4
     var manifest: String?
+    var check: String?
+    var readTimeout = 30.0
     var trace: String?
     var graph: String?
 
@@ -38,16 +55,21 @@ struct DemoOptions: Equatable {
                     return .failure(UsageError("--concurrency needs a positive number"))
                 }
                 options.concurrency = value
-            case "--manifest":
-                guard let file = iterator.next(), !file.isEmpty else {
-                    return .failure(UsageError("--manifest needs a file name"))
+            case "--read-timeout":
+                guard let value = iterator.next().flatMap(Double.init), value > 0, value.isFinite else {
+                    return .failure(UsageError("--read-timeout needs a positive number of seconds"))
                 }
-                options.manifest = file
-            case "--trace", "--graph":
+                options.readTimeout = value
+            case "--manifest", "--check", "--trace", "--graph":
                 guard let file = iterator.next(), !file.isEmpty else {
                     return .failure(UsageError("\(argument) needs a file name"))
                 }
-                if argument == "--trace" { options.trace = file } else { options.graph = file }
+                switch argument {
+                case "--manifest": options.manifest = file
+                case "--check": options.check = file
+                case "--trace": options.trace = file
+                default: options.graph = file
+                }
             default:
                 if argument.hasPrefix("-") && argument != "-" { return .failure(UsageError("unknown option \(argument)")) }
                 if directory != nil { return .failure(UsageError("one directory only (got \(directory!) and \(argument))")) }
@@ -68,12 +90,14 @@ struct UsageError: Error, Equatable {
 /// Runs the audit with the command line's arguments and returns the exit status.
 ///
 /// A plain function, not top-level code: `main.swift`'s top level is main-actor isolated, and the
-/// signal and timer handlers below run on other queues. `beforeRead` is a test seam.
-func runDemo(_ commandLine: [String], beforeRead: (@Sendable (ChecksumFile) -> Void)? = nil) -> Int32 {
+/// signal and timer handlers below run on other queues. `seams` and `output` are for tests.
+func runDemo(
+    _ commandLine: [String], seams: AuditSeams = AuditSeams(), output: (String) -> Void = { print($0, terminator: "") }
+) -> Int32 {
     let options: DemoOptions
     switch DemoOptions.parse(Array(commandLine.dropFirst())) {
     case .success(nil):
-        print(usage)
+        output(usage + "\n")
         return 0
     case .success(let parsed?):
         options = parsed
@@ -83,11 +107,25 @@ func runDemo(_ commandLine: [String], beforeRead: (@Sendable (ChecksumFile) -> V
     }
     var isDirectory: ObjCBool = false
     guard FileManager.default.fileExists(atPath: options.directory, isDirectory: &isDirectory), isDirectory.boolValue else {
-        standardError("baton-demo: \(options.directory) is not a directory\n")
+        standardError("baton-demo: \(escapedForDisplay(Array(options.directory.utf8))) is not a directory\n")
         return 2
     }
+    // A manifest to check against is read first: a bad one is a usage error, before any work.
+    var expected: [ManifestEntry]?
+    if let check = options.check {
+        do {
+            expected = try Manifest.parse(Array(try Data(contentsOf: URL(fileURLWithPath: check))))
+        } catch let error as ManifestError {
+            standardError("baton-demo: \(check): \(error)\n")
+            return 2
+        } catch {
+            standardError("baton-demo: cannot read the manifest \(check): \(error.localizedDescription)\n")
+            return 2
+        }
+    }
 
-    let audit = DirectoryAudit(root: options.directory, concurrency: options.concurrency, beforeRead: beforeRead)
+    let audit = DirectoryAudit(
+        root: options.directory, concurrency: options.concurrency, readDeadline: options.readTimeout, seams: seams)
     let tree = audit.makeTree()
     let recorder = options.trace != nil || options.graph != nil ? FlightRecorder() : nil
     recorder?.attach(to: tree)
@@ -99,10 +137,10 @@ func runDemo(_ commandLine: [String], beforeRead: (@Sendable (ChecksumFile) -> V
         done.signal()
     }
 
-    // Ctrl-C cancels the tree, and the summary below is printed once it has stopped; a second one
-    // quits at once.
+    // Ctrl-C cancels the tree (which interrupts the reads in progress), and the summary below is
+    // printed once it has stopped; a second one quits at once.
     let interrupts = InterruptWatch.start { count in
-        if count > 1 { exit(130) }
+        if count > 1 { _exit(130) }
         standardError("\nbaton-demo: cancelling (Ctrl-C again to quit at once)…\n")
         tree.cancel()
     }
@@ -122,55 +160,102 @@ func runDemo(_ commandLine: [String], beforeRead: (@Sendable (ChecksumFile) -> V
 
     let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
     let counts = audit.ledger.snapshot
-    print(
+    let interrupted = ending.outcome?.isCancelled == true
+    let entries = audit.ledger.sortedEntries
+    var status: Int32 = counts.unreadable + counts.changed > 0 ? 1 : 0
+    // The manifest is streamed to a file beside the target and renamed over it, and the tree checksum
+    // is computed on the way. An interrupted audit writes none: half a tree would check as changed.
+    var treeChecksum: UInt64
+    var manifestNote: String?
+    if let manifest = options.manifest, !interrupted {
+        do {
+            treeChecksum = try writeAtomically(manifest) { sink in try Manifest.write(entries, to: sink) }
+            manifestNote = "Manifest: \(manifest) (\(entries.count) lines)\n"
+        } catch {
+            standardError("baton-demo: cannot write the manifest \(manifest): \(error.localizedDescription)\n")
+            treeChecksum = Manifest.write(entries) { _ in }
+            status = 1
+        }
+    } else {
+        treeChecksum = Manifest.write(entries) { _ in }
+    }
+    output(
         """
-        Audited \(options.directory)
+        Audited \(escapedForDisplay(Array(options.directory.utf8)))
           directories:    \(counts.directories)
           files:          \(counts.filesRead) read of \(counts.filesFound) found
           bytes:          \(counts.bytesRead) (\(formatted(bytes: counts.bytesRead)))
           unreadable:     \(counts.unreadable)
+          changed:        \(counts.changed) (replaced, grown or shrunk while audited)
+          skipped:        \(counts.skipped) directories on pseudo-file systems
           not followed:   \(counts.links) symbolic links, \(counts.special) special files
-          tree checksum:  \(hex(audit.treeChecksum()))
+          tree checksum:  \(hex(treeChecksum))
           outcome:        \(ending.outcome.map { "\($0)" } ?? "unfinished")
           time:           \(String(format: "%.3f", seconds)) s, \(options.concurrency) at a time
           peak memory:    \(String(format: "%.1f", peakMemoryMebibytes())) MiB
+
         """)
     let problems = audit.ledger.sortedProblems
-    for problem in problems.prefix(10) { print("  unreadable: \(problem.path): \(problem.reason)") }
-    if problems.count > 10 { print("  … and \(problems.count - 10) more") }
-
-    var status: Int32 = counts.unreadable > 0 ? 1 : 0
-    if let manifest = options.manifest {
-        do {
-            try Data(audit.manifest().utf8).write(to: URL(fileURLWithPath: manifest), options: .atomic)
-            print("Manifest: \(manifest) (\(counts.filesRead + counts.unreadable) lines)")
-        } catch {
-            standardError("baton-demo: cannot write the manifest \(manifest): \(error.localizedDescription)\n")
-            status = 1
-        }
+    for problem in problems.prefix(10) {
+        output("  \(problem.entry.status.field): \(escapedForDisplay(problem.entry.pathBytes)): \(problem.reason)\n")
     }
+    if problems.count > 10 { output("  … and \(problems.count - 10) more\n") }
+    if let manifestNote { output(manifestNote) }
+
     if let recorder {
         let records = recorder.records
         let dropped = recorder.droppedCount
-        print("Recorded: \(records.count) operations" + (dropped > 0 ? " (the \(dropped) oldest dropped)" : ""))
+        output("Recorded: \(records.count) operations" + (dropped > 0 ? " (the \(dropped) oldest dropped)" : "") + "\n")
         var exports: [(file: String, format: FlightRecorder.ExportFormat)] = []
         if let trace = options.trace { exports.append((trace, .chromeTrace)) }
         if let graph = options.graph { exports.append((graph, graph.hasSuffix(".mmd") ? .mermaid : .graphviz)) }
         for export in exports {
             do {
                 try recorder.write(export.format, to: URL(fileURLWithPath: export.file))
-                print("\(export.format == .chromeTrace ? "Trace" : "Graph"): \(export.file)")
+                output("\(export.format == .chromeTrace ? "Trace" : "Graph"): \(export.file)\n")
             } catch {
                 standardError("baton-demo: cannot write \(export.file): \(error.localizedDescription)\n")
                 status = 1
             }
         }
     }
-    if ending.outcome?.isCancelled == true {
-        print("Interrupted: the \(counts.filesRead) files above were read to the end; the rest were not, or not completely.")
+    if interrupted {
+        output(
+            "Interrupted: the \(counts.filesRead) files above were read to the end; the rest were not, or not completely"
+                + (options.manifest != nil || options.check != nil ? " (no manifest written, nothing checked).\n" : ".\n"))
         return 130
     }
+    if let expected, let check = options.check {
+        let comparison = Manifest.compare(expected: expected, actual: entries)
+        output(
+            "Check against \(check): \(comparison.unchanged) unchanged, \(comparison.changed.count) changed, "
+                + "\(comparison.missing.count) missing, \(comparison.new.count) new\n")
+        for (word, paths) in [("changed", comparison.changed), ("missing", comparison.missing), ("new", comparison.new)] {
+            for path in paths { output("  \(word): \(escapedForDisplay(path))\n") }
+        }
+        if comparison.differs { status = 1 }
+    }
     return status
+}
+
+/// Writes a file through `body`'s sink into a temporary file beside it, then renames it into place,
+/// so a reader never sees half of it; returns what `body` returns.
+func writeAtomically<Result>(_ path: String, _ body: ((UnsafeRawBufferPointer) throws -> Void) throws -> Result) throws -> Result
+{
+    let temporary = path + ".baton-demo-\(getpid())"
+    guard FileManager.default.createFile(atPath: temporary, contents: nil) else {
+        throw CocoaError(.fileWriteNoPermission, userInfo: [NSFilePathErrorKey: temporary])
+    }
+    do {
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: temporary))
+        let result = try body { bytes in try handle.write(contentsOf: Data(bytes)) }
+        try handle.close()
+        guard rename(temporary, path) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        return result
+    } catch {
+        unlink(temporary)
+        throw error
+    }
 }
 
 /// The live progress line: files and bytes read against what the walk has found so far.
@@ -191,16 +276,49 @@ func formatted(bytes: Int) -> String {
     return String(format: "%.1f TiB", value)
 }
 
-/// This process's peak resident memory so far, in MiB.
+/// This process's own peak resident memory so far, in MiB: Linux's `VmHWM` (unlike `getrusage`'s
+/// `ru_maxrss`, which survives `exec` and so, under `swift run`, reports the SwiftPM driver's peak),
+/// the task's `resident_size_max` on Apple platforms.
 func peakMemoryMebibytes() -> Double {
-    var usage = rusage()
     #if canImport(Darwin)
-    guard getrusage(RUSAGE_SELF, &usage) == 0 else { return .nan }
-    return Double(usage.ru_maxrss) / 1_048_576   // bytes
+    var info = mach_task_basic_info()
+    var count = mach_msg_type_number_t(MemoryLayout<mach_task_basic_info>.size / MemoryLayout<natural_t>.size)
+    let result = withUnsafeMutablePointer(to: &info) { pointer in
+        pointer.withMemoryRebound(to: integer_t.self, capacity: Int(count)) {
+            task_info(task_self_trap(), task_flavor_t(MACH_TASK_BASIC_INFO), $0, &count)
+        }
+    }
+    guard result == KERN_SUCCESS else { return .nan }
+    return Double(info.resident_size_max) / 1_048_576   // bytes
     #else
-    guard getrusage(RUSAGE_SELF.rawValue, &usage) == 0 else { return .nan }
-    return Double(usage.ru_maxrss) / 1024   // KiB
+    return peakMemory(fromStatus: processStatus()) ?? .nan
     #endif
+}
+
+/// The `VmHWM` line of a Linux `/proc/<pid>/status`, in MiB.
+func peakMemory(fromStatus status: String) -> Double? {
+    for line in status.split(separator: "\n") where line.hasPrefix("VmHWM:") {
+        let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+        guard fields.count == 3, fields[2] == "kB", let kibibytes = Double(fields[1]) else { return nil }
+        return kibibytes / 1024
+    }
+    return nil
+}
+
+/// `/proc/self/status`, read to its end (its size shows as 0), or "" where there is none.
+func processStatus() -> String {
+    let descriptor = open("/proc/self/status", O_RDONLY | O_CLOEXEC)
+    guard descriptor >= 0 else { return "" }
+    defer { close(descriptor) }
+    var bytes: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 4096)
+    while true {
+        let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress!, $0.count) }
+        if count < 0 && errno == EINTR { continue }
+        guard count > 0 else { break }
+        bytes += buffer[..<count]
+    }
+    return String(decoding: bytes, as: UTF8.self)
 }
 
 func standardError(_ text: String) {
@@ -216,46 +334,61 @@ final class Ending: @unchecked Sendable {
 }
 
 /// Turns SIGINT into calls of a closure, on a thread of its own: the signal handler only writes a
-/// byte to a pipe (all a handler may safely do), and the thread reads it.
+/// byte to a pipe (all a handler may safely do), and the thread reads it. The handler is installed
+/// without SA_RESTART, so a Ctrl-C also interrupts the system call the thread it lands on is blocked
+/// in (the reads themselves are interrupted by the cancellation: see `FileReader`).
 final class InterruptWatch: Sendable {
     /// The pipe's write end, for the handler (set before the handler is installed).
     nonisolated(unsafe) private static var writeEnd: Int32 = -1
     private let writeEnd: Int32
-    private let previous: (@convention(c) (Int32) -> Void)?
+    nonisolated(unsafe) private var previous = sigaction()
 
-    private init(writeEnd: Int32, previous: (@convention(c) (Int32) -> Void)?) {
+    private init(writeEnd: Int32) {
         self.writeEnd = writeEnd
-        self.previous = previous
     }
 
     /// Installs the handler; `onInterrupt` is given the number of Ctrl-Cs so far.
     static func start(_ onInterrupt: @escaping @Sendable (Int) -> Void) -> InterruptWatch {
         var ends: [Int32] = [0, 0]
-        guard pipe(&ends) == 0 else { return InterruptWatch(writeEnd: -1, previous: nil) }
+        guard pipe(&ends) == 0 else { return InterruptWatch(writeEnd: -1) }
         let readEnd = ends[0]
         Thread {
             var byte: UInt8 = 0
             var count = 0
-            while read(readEnd, &byte, 1) == 1 {
+            while true {
+                let result = read(readEnd, &byte, 1)
+                if result < 0 && errno == EINTR { continue }
+                guard result == 1 else { break }
                 count += 1
                 onInterrupt(count)
             }
             close(readEnd)
         }.start()
         writeEnd = ends[1]
-        let previous = signal(SIGINT) { _ in
-            let saved = errno
-            var byte: UInt8 = 1
-            _ = write(InterruptWatch.writeEnd, &byte, 1)
-            errno = saved
-        }
-        return InterruptWatch(writeEnd: ends[1], previous: previous)
+        let watch = InterruptWatch(writeEnd: ends[1])
+        var action = sigaction()
+        #if canImport(Darwin)
+        action.__sigaction_u.__sa_handler = InterruptWatch.handle
+        #else
+        action.__sigaction_handler.sa_handler = InterruptWatch.handle
+        #endif
+        sigemptyset(&action.sa_mask)
+        action.sa_flags = 0   // no SA_RESTART
+        sigaction(SIGINT, &action, &watch.previous)
+        return watch
+    }
+
+    private static let handle: @convention(c) (Int32) -> Void = { _ in
+        let saved = errno
+        var byte: UInt8 = 1
+        _ = write(InterruptWatch.writeEnd, &byte, 1)
+        errno = saved
     }
 
     /// Puts the previous handler back and ends the thread. Call it once.
     func stop() {
         guard writeEnd >= 0 else { return }
-        signal(SIGINT, previous)
+        sigaction(SIGINT, &previous, nil)
         Self.writeEnd = -1
         close(writeEnd)
     }

@@ -3,7 +3,7 @@ import Foundation
 
 /// What the audit has counted so far, safe from any thread.
 final class Ledger: @unchecked Sendable {
-    /// The counts, without the records (cheap to take while the audit runs).
+    /// The counts, without the entries (cheap to take while the audit runs).
     struct Counts: Sendable {
         var directories = 0
         var filesFound = 0
@@ -13,53 +13,55 @@ final class Ledger: @unchecked Sendable {
         var links = 0
         var special = 0
         var unreadable = 0
+        var changed = 0
+        var skipped = 0
+    }
+
+    /// An entry that was not checksummed, and why.
+    struct Problem: Sendable {
+        let entry: ManifestEntry
+        let reason: String
     }
 
     private let lock = NSLock()
     private var counts = Counts()
-    private var records: [FileRecord] = []
-    private var problems: [(path: String, size: Int, reason: String)] = []
+    private var entries: [ManifestEntry] = []
+    private var problems: [Problem] = []
 
     func listed(files: [FoundFile], links: Int, special: Int) {
+        let bytes = files.reduce(0) { $0 + $1.size }
         lock.withLock {
             counts.directories += 1
             counts.filesFound += files.count
-            counts.bytesFound += files.reduce(0) { $0 + $1.size }
+            counts.bytesFound += bytes
             counts.links += links
             counts.special += special
         }
     }
 
-    func unreadableDirectory(_ path: String, reason: String) {
+    /// Records an entry: checksummed, or not (with the reason).
+    func record(_ entry: ManifestEntry, _ problem: String? = nil) {
         lock.withLock {
-            counts.unreadable += 1
-            problems.append((path, 0, reason))
-        }
-    }
-
-    func record(_ audit: FileAudit) {
-        lock.withLock {
-            switch audit {
-            case .checksummed(let record):
+            entries.append(entry)
+            switch entry.status {
+            case .checksum:
                 counts.filesRead += 1
-                counts.bytesRead += record.bytes
-                records.append(record)
-            case .unreadable(let path, let size, let reason):
-                counts.unreadable += 1
-                problems.append((path, size, reason))
+                counts.bytesRead += entry.size
+            case .unreadable: counts.unreadable += 1
+            case .changed: counts.changed += 1
+            case .skipped: counts.skipped += 1
             }
+            if let problem { problems.append(Problem(entry: entry, reason: problem)) }
         }
     }
 
     var snapshot: Counts { lock.withLock { counts } }
 
-    /// Every file read, sorted by path.
-    var sortedRecords: [FileRecord] { lock.withLock { records }.sorted { $0.path.utf8.lexicographicallyPrecedes($1.path.utf8) } }
+    /// Every entry, sorted by path: the manifest's lines.
+    var sortedEntries: [ManifestEntry] { lock.withLock { entries }.sorted(by: ManifestEntry.byPath) }
 
-    /// Every file or directory that could not be read, sorted by path.
-    var sortedProblems: [(path: String, size: Int, reason: String)] {
-        lock.withLock { problems }.sorted { $0.path.utf8.lexicographicallyPrecedes($1.path.utf8) }
-    }
+    /// Every entry that was not checksummed, sorted by path.
+    var sortedProblems: [Problem] { lock.withLock { problems }.sorted { ManifestEntry.byPath($0.entry, $1.entry) } }
 }
 
 /// Walks a directory tree with a `TreeOperation`: one node lists the root, a recursive node lists every
@@ -67,60 +69,55 @@ final class Ledger: @unchecked Sendable {
 /// `concurrency` operations at a time; each file's outcome is recorded by the node's `onFinish`
 /// callback, after which the tree lets go of it, so memory stays bounded by what is in flight.
 struct DirectoryAudit: Sendable {
-    /// The directory as given (paths in records and the manifest are relative to it).
+    /// The directory as given (paths in the manifest are relative to it).
     let root: String
     let concurrency: Int
     let ledger = Ledger()
-    /// Runs just before each file is opened (a test seam).
-    var beforeRead: (@Sendable (ChecksumFile) -> Void)?
+    /// Watches the file reads in progress: a read(2) that blocks longer than its deadline is stopped.
+    let watch: ReadWatch
+    let seams: AuditSeams
 
-    init(root: String, concurrency: Int, beforeRead: (@Sendable (ChecksumFile) -> Void)? = nil) {
+    init(root: String, concurrency: Int, readDeadline: Double = 30, seams: AuditSeams = AuditSeams()) {
         self.root = root
         self.concurrency = concurrency
-        self.beforeRead = beforeRead
+        self.watch = ReadWatch(deadline: readDeadline)
+        self.seams = seams
     }
 
     /// Builds the operation tree.
-    func makeTree() -> TreeOperation<RawPath> {
-        let ledger = ledger
-        let beforeRead = beforeRead
+    func makeTree() -> TreeOperation<FoundDirectory> {
         // Paths are cut below the root by bytes (a name may start with a combining mark, or not be UTF-8).
         let rootLength = root.utf8.count + (root.hasSuffix("/") ? 0 : 1)
-        let top = TreeNode<RawPath, Listing>("directory") { ListDirectory($0, rootLength: rootLength, ledger: ledger) }
+        let context = AuditContext(rootLength: rootLength, ledger: ledger, watch: watch, seams: seams)
+        let ledger = ledger
+        let top = TreeNode<FoundDirectory, Listing>("directory") { ListDirectory($0, context: context) }
         let subdirectories = TreeNode<Listing, Listing>("directory", items: { $0.subdirectories }) {
-            ListDirectory($0, rootLength: rootLength, ledger: ledger)
+            ListDirectory($0, context: context)
         }
-        let files = TreeNode<Listing, FileAudit>("file", items: { $0.files }) { file in
-            ChecksumFile(file, relativePath: file.path.relative(droppingFirst: rootLength), beforeRead: beforeRead)
-        }
+        let files = TreeNode<Listing, FileAudit>("file", items: { $0.files }) { ChecksumFile($0, context: context) }
         files.onFinish { outcome in
-            if case .succeeded(let audit) = outcome { ledger.record(audit) }
+            if case .succeeded(let audit) = outcome { ledger.record(audit.entry, audit.problem) }
         }
         top.addChild(subdirectories)
         top.addChild(files)
         subdirectories.addChild(subdirectories)
         subdirectories.addChild(files)
-        return TreeOperation(root: top, input: RawPath(root), maxConcurrentOperationCount: concurrency)
+        return TreeOperation(
+            root: top, input: FoundDirectory(path: RawPath(root), identity: nil), maxConcurrentOperationCount: concurrency)
     }
 
-    /// One line per file, sorted by path: the checksum (16 hex digits, or `unreadable`), the size in
-    /// bytes, and the path below the root.
-    func manifest() -> String {
-        var lines = ledger.sortedRecords.map { ManifestLine(path: $0.path, text: "\(hex($0.checksum)) \($0.bytes) \($0.path)") }
-        lines += ledger.sortedProblems.map { ManifestLine(path: $0.path, text: "unreadable \($0.size) \($0.path)") }
-        lines.sort { $0.path.utf8.lexicographicallyPrecedes($1.path.utf8) }
-        return lines.map { $0.text + "\n" }.joined()
+    /// The manifest's bytes (see `ManifestEntry` for the format).
+    func manifest() -> [UInt8] {
+        var bytes: [UInt8] = []
+        _ = Manifest.write(ledger.sortedEntries) { bytes += $0 }
+        return bytes
     }
 
-    /// One checksum for the whole tree: the files' checksums combined in path order.
+    /// One checksum for the whole tree: the XXH64 of its manifest, so it covers every path, size and
+    /// file checksum, and two runs over an unchanged tree print the same one.
     func treeChecksum() -> UInt64 {
-        ledger.sortedRecords.reduce(UInt64(0)) { $0 &* 31 &+ $1.checksum }
+        Manifest.write(ledger.sortedEntries) { _ in }
     }
-}
-
-private struct ManifestLine {
-    let path: String
-    let text: String
 }
 
 /// Sixteen lower-case hex digits.

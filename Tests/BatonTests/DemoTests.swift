@@ -50,7 +50,7 @@ final class DemoTests: BatonTestCase {
         XCTAssertEqual(counts.bytesRead, expectedBytes)
         XCTAssertEqual(counts.bytesFound, expectedBytes)
         // Paths are relative to the root, so two copies of a tree give the same manifest.
-        XCTAssertEqual(audit.ledger.sortedRecords.first?.path, "a/b/c/file0.txt")
+        XCTAssertEqual(audit.ledger.sortedEntries.first?.path, Array("a/b/c/file0.txt".utf8))
         let again = DirectoryAudit(root: directory.path + "/", concurrency: 1)
         XCTAssertTrue(try again.makeTree().runToOutcome(timeout: testTimeout).isSuccess)
         XCTAssertEqual(again.manifest(), audit.manifest())
@@ -113,9 +113,9 @@ final class DemoTests: BatonTestCase {
         let manifest = directory.appendingPathComponent("manifest.txt")
         let status = runDemo(
             ["baton-demo", directory.path, "--manifest", manifest.path],
-            beforeRead: { operation in
+            seams: AuditSeams(beforeOpen: { operation in
                 if operation.file.path.display == vanishing { try? FileManager.default.removeItem(atPath: vanishing) }
-            })
+            }))
         XCTAssertEqual(status, 1)
         let text = try String(contentsOf: manifest, encoding: .utf8)
         XCTAssertTrue(text.contains("unreadable 13 a/file3.txt\n"), text)
@@ -149,8 +149,11 @@ final class DemoTests: BatonTestCase {
         XCTAssertEqual(counts.unreadable, 0, "\(audit.ledger.sortedProblems)")
         XCTAssertEqual(counts.filesRead, 22)
         XCTAssertEqual(counts.directories, 5)
-        XCTAssertTrue(audit.ledger.sortedRecords.contains { $0.path == "\u{301}accent" })
-        XCTAssertTrue(audit.ledger.sortedRecords.contains { $0.path == "odd\u{FFFD}/inner\u{FFFD}" })
+        let paths = audit.ledger.sortedEntries.map(\.path)
+        XCTAssertTrue(paths.contains(Array("\u{301}accent".utf8)))
+        XCTAssertTrue(paths.contains(Array("odd".utf8) + [0xFE] + Array("/inner".utf8) + [0xFF]))
+        // Printed unambiguously: the undecodable bytes escaped, not replaced.
+        XCTAssertTrue(paths.map { escapedForDisplay($0) }.contains("odd\\xFE/inner\\xFF"))
     }
 
     func testLargeFilesAreReadInChunksAndHashAsAWhole() throws {
@@ -160,11 +163,11 @@ final class DemoTests: BatonTestCase {
         try Data(bytes).write(to: file)
         let audit = DirectoryAudit(root: directory.path, concurrency: 2)
         XCTAssertTrue(try audit.makeTree().runToOutcome(timeout: testTimeout).isSuccess)
-        let record = try XCTUnwrap(audit.ledger.sortedRecords.first { $0.path == "large.bin" })
+        let record = try XCTUnwrap(audit.ledger.sortedEntries.first { $0.path == Array("large.bin".utf8) })
         var whole = XXH64()
         bytes.withUnsafeBytes { whole.update($0) }
-        XCTAssertEqual(record.bytes, bytes.count)
-        XCTAssertEqual(record.checksum, whole.digest)
+        XCTAssertEqual(record.size, bytes.count)
+        XCTAssertEqual(record.status, .checksum(whole.digest))
     }
 
     func testXXH64MatchesTheReferenceValues() {
@@ -204,7 +207,7 @@ final class DemoTests: BatonTestCase {
         let raised = Locked(false)
         let status = runDemo(
             ["baton-demo", directory.path, "-j", "1"],
-            beforeRead: { operation in
+            seams: AuditSeams(beforeOpen: { operation in
                 let first = raised.mutate { raised -> Bool in
                     defer { raised = true }
                     return !raised
@@ -214,7 +217,7 @@ final class DemoTests: BatonTestCase {
                     // Hold this read until the cancellation has reached it (bounded).
                     XCTAssertTrue(eventually { operation.isCancelled })
                 }
-            })
+            }))
         XCTAssertEqual(status, 130)
         XCTAssertTrue(raised.value)
     }
