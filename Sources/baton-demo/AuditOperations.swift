@@ -80,10 +80,19 @@ final class ListDirectory: ResultOperation<Listing>, @unchecked Sendable {
         context.seams.beforeList?(self)
         let path = directory.path
         let follow = directory.identity == nil ? 0 : O_NOFOLLOW
-        let descriptor = path.open(O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC | follow)
-        guard descriptor >= 0 else {
-            let reason = errno == ELOOP || errno == ENOTDIR ? "replaced while auditing" : String(cString: strerror(errno))
-            return skip(errno == ELOOP || errno == ENOTDIR ? .changed : .unreadable, reason, closing: nil)
+        // Opening can block (an automount, a stalled mount): a cancel or the deadline interrupts it.
+        let opened = context.watch.watching(for: self) { reader in
+            reader.call { Int(path.open(O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC | follow)) }
+        }
+        let descriptor: Int32
+        switch opened {
+        case .bytes(let value): descriptor = Int32(value)
+        case .failed(let failure) where failure == ELOOP || failure == ENOTDIR:
+            return skip(.changed, "replaced while auditing", closing: nil)
+        case .failed(let failure): return skip(.unreadable, String(cString: strerror(failure)), closing: nil)
+        case .stopped(.cancelled): return finish(with: .empty(path))
+        case .stopped(.stalled):
+            return skip(.unreadable, "opening it blocked for more than \(context.watch.deadline) s", closing: nil)
         }
         var status = stat()
         guard fstat(descriptor, &status) == 0 else {
@@ -175,10 +184,20 @@ final class ChecksumFile: ResultOperation<FileAudit>, @unchecked Sendable {
     override func execute() {
         context.seams.beforeOpen?(self)
         if isCancelled { return finish() }
-        let descriptor = file.path.open(O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)
-        guard descriptor >= 0 else {
-            let failure = errno
-            return failure == ELOOP ? report(.changed, "replaced by a symbolic link while auditing") : unreadable(failure)
+        // The reader exists only while the file is audited: a tree of a million files holds a million
+        // of these operations.
+        context.watch.watching(for: self) { reader in audit(with: reader) }
+    }
+
+    private func audit(with reader: FileReader) {
+        // Opening can block too (a stalled mount): interruptible as the reads are.
+        let descriptor: Int32
+        switch reader.call({ Int(file.path.open(O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)) }) {
+        case .bytes(let value): descriptor = Int32(value)
+        case .failed(ELOOP): return report(.changed, "replaced by a symbolic link while auditing")
+        case .failed(let failure): return unreadable(failure)
+        case .stopped(.cancelled): return finish()
+        case .stopped(.stalled): return report(.unreadable, "opening it blocked for more than \(context.watch.deadline) s")
         }
         defer { close(descriptor) }
         var status = stat()
@@ -188,9 +207,7 @@ final class ChecksumFile: ResultOperation<FileAudit>, @unchecked Sendable {
         }
         guard FileIdentity(status) == file.identity else { return report(.changed, "replaced by another file while auditing") }
         context.seams.afterOpen?(self, descriptor)
-        // The reader exists only while the file is read: a tree of a million files holds a million
-        // of these operations.
-        context.watch.watching(for: self) { reader in read(descriptor, size: Int(status.st_size), with: reader) }
+        read(descriptor, size: Int(status.st_size), with: reader)
     }
 
     /// Reads the file to its end, which must come at `size` bytes.

@@ -73,6 +73,13 @@ final class FileReader: @unchecked Sendable {
 
     /// read(2) into `buffer`, retried when a signal interrupts it for no reason of ours.
     func read(_ descriptor: Int32, into buffer: UnsafeMutableRawPointer, count: Int) -> Result {
+        call { systemRead(descriptor, buffer, count) }
+    }
+
+    /// A system call that may block (read(2), or open(2) on a file system that answers slowly):
+    /// `body` returns its result, or -1 with `errno` set; retried when a signal interrupts it for no
+    /// reason of ours.
+    func call(_ body: () -> Int) -> Result {
         while true {
             let now = DispatchTime.now().uptimeNanoseconds
             let thread = pthread_self()
@@ -80,7 +87,7 @@ final class FileReader: @unchecked Sendable {
                 state.beginCall(on: thread, at: now) ? nil : (state.stop ?? .cancelled)
             }
             if let stopped { return .stopped(stopped) }
-            let count = systemRead(descriptor, buffer, count)
+            let count = body()
             let failure = errno
             let stop = watch.lock.withLock { state.endCall() }
             if count >= 0 { return .bytes(count) }
