@@ -10,11 +10,14 @@ struct Listing: Sendable {
     static func empty(_ directory: RawPath) -> Listing { Listing(directory: directory, files: [], subdirectories: []) }
 }
 
-/// A regular file found by a listing: the size it had then, and which file it was.
+/// A regular file found by a listing: the size it had then, which file it was and which version of
+/// it, and whether it is a mount point (a file bind-mounted from elsewhere, maybe from procfs).
 struct FoundFile: Sendable {
     let path: RawPath
     let size: Int
     let identity: FileIdentity
+    let version: FileVersion
+    let isMountPoint: Bool
 }
 
 /// A directory to list: which directory a listing saw there (nil for the audited directory itself,
@@ -48,14 +51,18 @@ struct AuditSeams: Sendable {
     var beforeOpen: (@Sendable (ChecksumFile) -> Void)?
     /// Just after a file was opened and found to be the file that was listed, with its descriptor.
     var afterOpen: (@Sendable (ChecksumFile, Int32) -> Void)?
+    /// Reads in place of read(2) (a test makes a read that ignores signals, as a stalled FUSE does).
+    var read: (@Sendable (Int32, UnsafeMutableRawPointer, Int) -> Int)?
 
     init(
         beforeList: (@Sendable (ListDirectory) -> Void)? = nil, beforeOpen: (@Sendable (ChecksumFile) -> Void)? = nil,
-        afterOpen: (@Sendable (ChecksumFile, Int32) -> Void)? = nil
+        afterOpen: (@Sendable (ChecksumFile, Int32) -> Void)? = nil,
+        read: (@Sendable (Int32, UnsafeMutableRawPointer, Int) -> Int)? = nil
     ) {
         self.beforeList = beforeList
         self.beforeOpen = beforeOpen
         self.afterOpen = afterOpen
+        self.read = read
     }
 }
 
@@ -76,46 +83,80 @@ final class ListDirectory: ResultOperation<Listing>, @unchecked Sendable {
     }
 
     override func execute() {
-        let (ledger, rootLength) = (context.ledger, context.rootLength)
         context.seams.beforeList?(self)
+        if isCancelled { return finish(with: .empty(directory.path)) }
+        // Every call that can block (an automount, a stalled mount) is watched: a cancel or the
+        // deadline interrupts it, and one that ignores the interrupt is abandoned.
+        context.watch.watching(for: self, abandon: { [self] stop in finishAbandoned(stop) }) { reader in list(with: reader) }
+    }
+
+    /// What listing the open directory came to.
+    private enum Result {
+        case listed(Listing, links: Int, special: Int, problems: [Ledger.Problem], error: Int32)
+        case notListed(ManifestEntry.Status, String)
+    }
+
+    private func list(with reader: FileReader) {
         let path = directory.path
         let follow = directory.identity == nil ? 0 : O_NOFOLLOW
-        // Opening can block (an automount, a stalled mount): a cancel or the deadline interrupts it.
-        let opened = context.watch.watching(for: self) { reader in
-            reader.call { Int(path.open(O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC | follow)) }
-        }
         let descriptor: Int32
-        switch opened {
-        case .bytes(let value): descriptor = Int32(value)
+        switch reader.call({ Int(path.open(O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC | follow)) }) {
+        case .value(let value): descriptor = Int32(value)
         case .failed(let failure) where failure == ELOOP || failure == ENOTDIR:
-            return skip(.changed, "replaced while auditing", closing: nil)
-        case .failed(let failure): return skip(.unreadable, String(cString: strerror(failure)), closing: nil)
-        case .stopped(.cancelled): return finish(with: .empty(path))
-        case .stopped(.stalled):
-            return skip(.unreadable, "opening it blocked for more than \(context.watch.deadline) s", closing: nil)
+            return skip(.changed, "replaced while auditing")
+        case .failed(let failure): return skip(.unreadable, String(cString: strerror(failure)))
+        case .stopped(let stop): return finishStopped(stop, "opening it")
+        case .abandoned: return
         }
+        switch reader.span({ list(descriptor, reader) }) {
+        case .finished(_, stop: let stop?), .refused(let stop): finishStopped(stop, "listing it")
+        case .finished(.notListed(let status, let reason), stop: nil): skip(status, reason)
+        case .finished(.listed(let listing, let links, let special, let problems, let error), stop: nil):
+            let rootLength = context.rootLength
+            for problem in problems { context.ledger.record(problem.entry, problem.reason) }
+            if error != 0 {
+                let entry = ManifestEntry(pathBytes: path.relative(droppingFirst: rootLength), status: .unreadable, size: 0)
+                context.ledger.record(entry, "listing stopped: " + String(cString: strerror(error)))
+            }
+            context.ledger.listed(files: listing.files, links: links, special: special)
+            finish(with: listing)
+        case .abandoned: return
+        }
+    }
+
+    /// Lists the open directory (and closes it).
+    private func list(_ descriptor: Int32, _ reader: FileReader) -> Result {
         var status = stat()
         guard fstat(descriptor, &status) == 0 else {
-            return skip(.unreadable, String(cString: strerror(errno)), closing: descriptor)
+            defer { close(descriptor) }
+            return .notListed(.unreadable, String(cString: strerror(errno)))
         }
         if let expected = directory.identity, FileIdentity(status) != expected {
-            return skip(.changed, "replaced while auditing", closing: descriptor)
+            close(descriptor)
+            return .notListed(.changed, "replaced while auditing")
         }
         if let fileSystem = PseudoFileSystem.name(of: descriptor) {
-            return skip(.skipped, "on \(fileSystem), a pseudo-file system (its files are not read)", closing: descriptor)
+            close(descriptor)
+            return .notListed(.skipped, "on \(fileSystem), a pseudo-file system (its files are not read)")
         }
         guard let stream = fdopendir(descriptor) else {
-            return skip(.unreadable, String(cString: strerror(errno)), closing: descriptor)
+            defer { close(descriptor) }
+            return .notListed(.unreadable, String(cString: strerror(errno)))
         }
         defer { closedir(stream) }
+        let (path, rootLength, device) = (directory.path, context.rootLength, status.st_dev)
         let listed = dirfd(stream)
         var files = [FoundFile]()
         var subdirectories = [FoundDirectory]()
+        var problems = [Ledger.Problem]()
         var links = 0
         var special = 0
+        var count = 0
         while true {
             errno = 0
             guard let entry = readdir(stream) else { break }
+            count += 1
+            if count % 64 == 0 { reader.progress() }
             withUnsafeBytes(of: entry.pointee.d_name) { raw in
                 let name = UnsafeRawBufferPointer(rebasing: raw.prefix { $0 != 0 })
                 // ".", "..", and hidden entries are left out.
@@ -124,31 +165,44 @@ final class ListDirectory: ResultOperation<Listing>, @unchecked Sendable {
                 var status = stat()
                 guard fstatat(listed, raw.baseAddress!.assumingMemoryBound(to: CChar.self), &status, AT_SYMLINK_NOFOLLOW) == 0
                 else {
-                    let reason = String(cString: strerror(errno))
-                    ledger.record(
-                        ManifestEntry(pathBytes: entryPath.relative(droppingFirst: rootLength), status: .unreadable, size: 0),
-                        reason)
+                    let entry = ManifestEntry(
+                        pathBytes: entryPath.relative(droppingFirst: rootLength), status: .unreadable, size: 0)
+                    problems.append(Ledger.Problem(entry: entry, reason: String(cString: strerror(errno))))
                     return
                 }
                 switch status.st_mode & S_IFMT {
-                case S_IFREG: files.append(FoundFile(path: entryPath, size: Int(status.st_size), identity: FileIdentity(status)))
+                case S_IFREG:
+                    files.append(
+                        FoundFile(
+                            path: entryPath, size: Int(status.st_size), identity: FileIdentity(status),
+                            version: FileVersion(status),
+                            isMountPoint: status.st_dev != device))
                 case S_IFDIR: subdirectories.append(FoundDirectory(path: entryPath, identity: FileIdentity(status)))
                 case S_IFLNK: links += 1
                 default: special += 1
                 }
             }
         }
-        if errno != 0 {
-            let entry = ManifestEntry(pathBytes: path.relative(droppingFirst: rootLength), status: .unreadable, size: 0)
-            ledger.record(entry, "listing stopped: " + String(cString: strerror(errno)))
+        let listing = Listing(directory: path, files: files, subdirectories: subdirectories)
+        return .listed(listing, links: links, special: special, problems: problems, error: errno)
+    }
+
+    /// Calls had to stop: cancelled, the operation finishes cancelled; stalled, the directory is
+    /// reported.
+    private func finishStopped(_ stop: ReadState<pthread_t>.Stop, _ what: String) {
+        switch stop {
+        case .cancelled: finish(with: .empty(directory.path))
+        case .stalled: skip(.unreadable, "\(what) blocked for more than \(context.watch.deadline) s")
         }
-        ledger.listed(files: files, links: links, special: special)
-        finish(with: Listing(directory: path, files: files, subdirectories: subdirectories))
+    }
+
+    /// The watch gave up on a call that ignored its interrupt (run on the watch's thread, once).
+    private func finishAbandoned(_ stop: ReadState<pthread_t>.Stop) {
+        finishStopped(stop, "a call listing it")
     }
 
     /// Reports the directory as not listed and finishes with nothing in it.
-    private func skip(_ status: ManifestEntry.Status, _ reason: String, closing descriptor: Int32?) {
-        if let descriptor { close(descriptor) }
+    private func skip(_ status: ManifestEntry.Status, _ reason: String) {
         let path = directory.path.relative(droppingFirst: context.rootLength)
         context.ledger.record(ManifestEntry(pathBytes: path, status: status, size: 0), reason)
         finish(with: .empty(directory.path))
@@ -186,28 +240,54 @@ final class ChecksumFile: ResultOperation<FileAudit>, @unchecked Sendable {
         if isCancelled { return finish() }
         // The reader exists only while the file is audited: a tree of a million files holds a million
         // of these operations.
-        context.watch.watching(for: self) { reader in audit(with: reader) }
+        context.watch.watching(for: self, abandon: { [self] stop in finishAbandoned(stop) }) { reader in audit(with: reader) }
     }
 
     private func audit(with reader: FileReader) {
         // Opening can block too (a stalled mount): interruptible as the reads are.
         let descriptor: Int32
         switch reader.call({ Int(file.path.open(O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)) }) {
-        case .bytes(let value): descriptor = Int32(value)
+        case .value(let value): descriptor = Int32(value)
         case .failed(ELOOP): return report(.changed, "replaced by a symbolic link while auditing")
+        case .failed(ENOENT): return report(.changed, "removed while auditing")
         case .failed(let failure): return unreadable(failure)
-        case .stopped(.cancelled): return finish()
-        case .stopped(.stalled): return report(.unreadable, "opening it blocked for more than \(context.watch.deadline) s")
+        case .stopped(let stop): return finishStopped(stop, "opening it")
+        case .abandoned: return
         }
         defer { close(descriptor) }
         var status = stat()
-        guard fstat(descriptor, &status) == 0 else { return unreadable(errno) }
+        switch reader.call({ Int(fstat(descriptor, &status)) }) {
+        case .value: break
+        case .failed(let failure): return unreadable(failure)
+        case .stopped(let stop): return finishStopped(stop, "examining it")
+        case .abandoned: return
+        }
         guard status.st_mode & S_IFMT == S_IFREG else {
             return report(.changed, "replaced by \(kind(of: status)) while auditing")
         }
         guard FileIdentity(status) == file.identity else { return report(.changed, "replaced by another file while auditing") }
+        guard FileVersion(status) == file.version && Int(status.st_size) == file.size else {
+            return report(.changed, "modified while auditing")
+        }
+        // A file bind-mounted from a pseudo-file system (a container's view of procfs): not read.
+        if file.isMountPoint, let fileSystem = PseudoFileSystem.name(of: descriptor) {
+            return report(.skipped, "on \(fileSystem), a pseudo-file system (its files are not read)")
+        }
         context.seams.afterOpen?(self, descriptor)
         read(descriptor, size: Int(status.st_size), with: reader)
+    }
+
+    /// Calls had to stop: cancelled, the operation finishes cancelled; stalled, the file is reported.
+    private func finishStopped(_ stop: ReadState<pthread_t>.Stop, _ what: String) {
+        switch stop {
+        case .cancelled: finish()
+        case .stalled: report(.unreadable, "\(what) blocked for more than \(context.watch.deadline) s")
+        }
+    }
+
+    /// The watch gave up on a call that ignored its interrupt (run on the watch's thread, once).
+    private func finishAbandoned(_ stop: ReadState<pthread_t>.Stop) {
+        finishStopped(stop, "a call reading it")
     }
 
     /// Reads the file to its end, which must come at `size` bytes.
@@ -230,16 +310,20 @@ final class ChecksumFile: ResultOperation<FileAudit>, @unchecked Sendable {
             var filled = 0
             while filled < capacity && !ended {
                 let wanted = capacity - filled
-                switch reader.read(descriptor, into: buffer.baseAddress! + filled, count: wanted) {
-                case .bytes(let count):
+                let read = context.seams.read
+                let result =
+                    read == nil
+                    ? reader.read(descriptor, into: buffer.baseAddress! + filled, count: wanted)
+                    : reader.call { read!(descriptor, buffer.baseAddress! + filled, wanted) }
+                switch result {
+                case .value(let count):
                     filled += count
                     ended = count == 0 || (count < wanted && total + filled == size)
                 case .failed(let failure) where failure == EAGAIN || failure == EWOULDBLOCK:
                     guard fcntl(descriptor, F_SETFL, 0) == 0 else { return unreadable(errno) }
                 case .failed(let failure): return unreadable(failure)
-                case .stopped(.cancelled): return finish()
-                case .stopped(.stalled):
-                    return report(.unreadable, "a read blocked for more than \(context.watch.deadline) s")
+                case .stopped(let stop): return finishStopped(stop, "a read")
+                case .abandoned: return
                 }
             }
             total += filled

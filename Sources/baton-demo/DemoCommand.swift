@@ -31,37 +31,46 @@ let usage = """
     changed (or the check found differences), 2 usage error or unreadable manifest, 130 interrupted.
     """
 
-/// What the command line asked for.
+/// What the command line asked for. Paths are bytes, as the command line gave them (a directory
+/// whose name is not UTF-8 can be audited, and a manifest written under such a name).
 struct DemoOptions: Equatable {
-    var directory = "."
+    var directory = Array(".".utf8)
     var concurrency = 4
-    var manifest: String?
-    var check: String?
+    var manifest: [UInt8]?
+    var check: [UInt8]?
     var readTimeout = 30.0
-    var trace: String?
-    var graph: String?
+    var trace: [UInt8]?
+    var graph: [UInt8]?
 
     /// Parses the arguments (without the program name); a usage error says what was wrong.
     static func parse(_ arguments: [String]) -> Result<DemoOptions?, UsageError> {
+        parse(arguments: arguments.map { Array($0.utf8) })
+    }
+
+    /// Parses the arguments' bytes (without the program name).
+    static func parse(arguments: [[UInt8]]) -> Result<DemoOptions?, UsageError> {
         var options = DemoOptions()
-        var directory: String?
+        var directory: [UInt8]?
         var iterator = arguments.makeIterator()
-        while let argument = iterator.next() {
+        while let bytes = iterator.next() {
+            let argument = String(decoding: bytes, as: UTF8.self)
             switch argument {
             case "--help", "-h":
                 return .success(nil)
             case "--concurrency", "-j":
-                guard let value = iterator.next().flatMap(Int.init), value > 0 else {
+                guard let value = iterator.next().flatMap({ Int(String(decoding: $0, as: UTF8.self)) }), value > 0 else {
                     return .failure(UsageError("--concurrency needs a positive number"))
                 }
                 options.concurrency = value
             case "--read-timeout":
-                guard let value = iterator.next().flatMap(Double.init), value > 0, value.isFinite else {
-                    return .failure(UsageError("--read-timeout needs a positive number of seconds"))
+                guard let value = iterator.next().flatMap({ Double(String(decoding: $0, as: UTF8.self)) }),
+                    value > 0, value <= ReadWatch.longestDeadline
+                else {
+                    return .failure(UsageError("--read-timeout needs a number of seconds above 0, up to a year (31536000)"))
                 }
                 options.readTimeout = value
             case "--manifest", "--check", "--trace", "--graph":
-                guard let file = iterator.next(), !file.isEmpty else {
+                guard let file = iterator.next(), !file.isEmpty, !file.contains(0) else {
                     return .failure(UsageError("\(argument) needs a file name"))
                 }
                 switch argument {
@@ -71,9 +80,14 @@ struct DemoOptions: Equatable {
                 default: options.graph = file
                 }
             default:
-                if argument.hasPrefix("-") && argument != "-" { return .failure(UsageError("unknown option \(argument)")) }
-                if directory != nil { return .failure(UsageError("one directory only (got \(directory!) and \(argument))")) }
-                directory = argument
+                if bytes.first == UInt8(ascii: "-") && bytes != [UInt8(ascii: "-")] {
+                    return .failure(UsageError("unknown option \(escapedForDisplay(bytes))"))
+                }
+                if let directory {
+                    return .failure(
+                        UsageError("one directory only (got \(escapedForDisplay(directory)) and \(escapedForDisplay(bytes)))"))
+                }
+                directory = bytes
             }
         }
         if let directory { options.directory = directory }
@@ -94,8 +108,16 @@ struct UsageError: Error, Equatable {
 func runDemo(
     _ commandLine: [String], seams: AuditSeams = AuditSeams(), output: (String) -> Void = { print($0, terminator: "") }
 ) -> Int32 {
+    runDemo(arguments: commandLine.map { Array($0.utf8) }, seams: seams, output: output)
+}
+
+/// Runs the audit with the command line's arguments as bytes (see `commandLineBytes()`).
+func runDemo(
+    arguments commandLine: [[UInt8]], seams: AuditSeams = AuditSeams(),
+    output: (String) -> Void = { print($0, terminator: "") }
+) -> Int32 {
     let options: DemoOptions
-    switch DemoOptions.parse(Array(commandLine.dropFirst())) {
+    switch DemoOptions.parse(arguments: Array(commandLine.dropFirst())) {
     case .success(nil):
         output(usage + "\n")
         return 0
@@ -105,21 +127,21 @@ func runDemo(
         standardError("baton-demo: \(error.message)\n\(usage)\n")
         return 2
     }
-    var isDirectory: ObjCBool = false
-    guard FileManager.default.fileExists(atPath: options.directory, isDirectory: &isDirectory), isDirectory.boolValue else {
-        standardError("baton-demo: \(escapedForDisplay(Array(options.directory.utf8))) is not a directory\n")
+    var status = stat()
+    guard RawPath(bytes: options.directory).withCString({ stat($0, &status) }) == 0, status.st_mode & S_IFMT == S_IFDIR else {
+        standardError("baton-demo: \(escapedForDisplay(options.directory)) is not a directory\n")
         return 2
     }
     // A manifest to check against is read first: a bad one is a usage error, before any work.
     var expected: [ManifestEntry]?
     if let check = options.check {
         do {
-            expected = try Manifest.parse(Array(try Data(contentsOf: URL(fileURLWithPath: check))))
+            expected = try Manifest.parse(try readWholeFile(RawPath(bytes: check)))
         } catch let error as ManifestError {
-            standardError("baton-demo: \(check): \(error)\n")
+            standardError("baton-demo: \(escapedForDisplay(check)): \(error)\n")
             return 2
         } catch {
-            standardError("baton-demo: cannot read the manifest \(check): \(error.localizedDescription)\n")
+            standardError("baton-demo: cannot read the manifest \(escapedForDisplay(check)): \(error)\n")
             return 2
         }
     }
@@ -153,8 +175,6 @@ func runDemo(
 
     OperationQueue().addOperation(tree)
     done.wait()
-    // From here on a Ctrl-C quits as usual (the manifest is written atomically: never half a file).
-    interrupts.stop()
     ticker?.cancel()
     if ticker != nil { standardError("\r\u{1B}[K") }
 
@@ -162,32 +182,35 @@ func runDemo(
     let counts = audit.ledger.snapshot
     let interrupted = ending.outcome?.isCancelled == true
     let entries = audit.ledger.sortedEntries
-    var status: Int32 = counts.unreadable + counts.changed > 0 ? 1 : 0
+    var exitStatus: Int32 = counts.unreadable + counts.changed > 0 ? 1 : 0
     // The manifest is streamed to a file beside the target and renamed over it, and the tree checksum
     // is computed on the way. An interrupted audit writes none: half a tree would check as changed.
     var treeChecksum: UInt64
     var manifestNote: String?
     if let manifest = options.manifest, !interrupted {
         do {
-            treeChecksum = try writeAtomically(manifest) { sink in try Manifest.write(entries, to: sink) }
-            manifestNote = "Manifest: \(manifest) (\(entries.count) lines)\n"
+            treeChecksum = try writeAtomically(RawPath(bytes: manifest)) { sink in try Manifest.write(entries, to: sink) }
+            manifestNote = "Manifest: \(escapedForDisplay(manifest)) (\(entries.count) lines)\n"
         } catch {
-            standardError("baton-demo: cannot write the manifest \(manifest): \(error.localizedDescription)\n")
+            standardError("baton-demo: cannot write the manifest \(escapedForDisplay(manifest)): \(error)\n")
             treeChecksum = Manifest.write(entries) { _ in }
-            status = 1
+            exitStatus = 1
         }
     } else {
         treeChecksum = Manifest.write(entries) { _ in }
     }
+    // Until the manifest is written, a Ctrl-C changes nothing (a second one quits, which leaves at
+    // most a temporary file, never half a manifest); from here on it quits as usual.
+    interrupts.stop()
     output(
         """
-        Audited \(escapedForDisplay(Array(options.directory.utf8)))
+        Audited \(escapedForDisplay(options.directory))
           directories:    \(counts.directories)
           files:          \(counts.filesRead) read of \(counts.filesFound) found
           bytes:          \(counts.bytesRead) (\(formatted(bytes: counts.bytesRead)))
           unreadable:     \(counts.unreadable)
           changed:        \(counts.changed) (replaced, grown or shrunk while audited)
-          skipped:        \(counts.skipped) directories on pseudo-file systems
+          skipped:        \(counts.skipped) on pseudo-file systems (procfs, sysfs, …)
           not followed:   \(counts.links) symbolic links, \(counts.special) special files
           tree checksum:  \(hex(treeChecksum))
           outcome:        \(ending.outcome.map { "\($0)" } ?? "unfinished")
@@ -206,16 +229,21 @@ func runDemo(
         let records = recorder.records
         let dropped = recorder.droppedCount
         output("Recorded: \(records.count) operations" + (dropped > 0 ? " (the \(dropped) oldest dropped)" : "") + "\n")
-        var exports: [(file: String, format: FlightRecorder.ExportFormat)] = []
+        var exports: [(file: [UInt8], format: FlightRecorder.ExportFormat)] = []
         if let trace = options.trace { exports.append((trace, .chromeTrace)) }
-        if let graph = options.graph { exports.append((graph, graph.hasSuffix(".mmd") ? .mermaid : .graphviz)) }
+        if let graph = options.graph {
+            exports.append((graph, graph.suffix(4).elementsEqual(".mmd".utf8) ? .mermaid : .graphviz))
+        }
         for export in exports {
+            let url = RawPath(bytes: export.file).withCString {
+                URL(fileURLWithFileSystemRepresentation: $0, isDirectory: false, relativeTo: nil)
+            }
             do {
-                try recorder.write(export.format, to: URL(fileURLWithPath: export.file))
-                output("\(export.format == .chromeTrace ? "Trace" : "Graph"): \(export.file)\n")
+                try recorder.write(export.format, to: url)
+                output("\(export.format == .chromeTrace ? "Trace" : "Graph"): \(escapedForDisplay(export.file))\n")
             } catch {
-                standardError("baton-demo: cannot write \(export.file): \(error.localizedDescription)\n")
-                status = 1
+                standardError("baton-demo: cannot write \(escapedForDisplay(export.file)): \(error.localizedDescription)\n")
+                exitStatus = 1
             }
         }
     }
@@ -228,34 +256,68 @@ func runDemo(
     if let expected, let check = options.check {
         let comparison = Manifest.compare(expected: expected, actual: entries)
         output(
-            "Check against \(check): \(comparison.unchanged) unchanged, \(comparison.changed.count) changed, "
+            "Check against \(escapedForDisplay(check)): \(comparison.unchanged) unchanged, \(comparison.changed.count) changed, "
                 + "\(comparison.missing.count) missing, \(comparison.new.count) new\n")
         for (word, paths) in [("changed", comparison.changed), ("missing", comparison.missing), ("new", comparison.new)] {
             for path in paths { output("  \(word): \(escapedForDisplay(path))\n") }
         }
-        if comparison.differs { status = 1 }
+        if comparison.differs { exitStatus = 1 }
     }
-    return status
+    return exitStatus
 }
 
 /// Writes a file through `body`'s sink into a temporary file beside it, then renames it into place,
 /// so a reader never sees half of it; returns what `body` returns.
-func writeAtomically<Result>(_ path: String, _ body: ((UnsafeRawBufferPointer) throws -> Void) throws -> Result) throws -> Result
+func writeAtomically<Result>(_ path: RawPath, _ body: ((UnsafeRawBufferPointer) throws -> Void) throws -> Result) throws -> Result
 {
-    let temporary = path + ".baton-demo-\(getpid())"
-    guard FileManager.default.createFile(atPath: temporary, contents: nil) else {
-        throw CocoaError(.fileWriteNoPermission, userInfo: [NSFilePathErrorKey: temporary])
-    }
+    let temporary = RawPath(bytes: Array(path.bytes) + Array(".baton-demo-\(getpid())".utf8))
+    let descriptor = temporary.open(O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode: 0o644)
+    guard descriptor >= 0 else { throw SystemError(errno) }
     do {
-        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: temporary))
-        let result = try body { bytes in try handle.write(contentsOf: Data(bytes)) }
-        try handle.close()
-        guard rename(temporary, path) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        let result = try body { bytes in
+            var offset = 0
+            while offset < bytes.count {
+                let written = write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
+                if written < 0 && errno == EINTR { continue }
+                guard written > 0 else { throw SystemError(errno) }
+                offset += written
+            }
+        }
+        guard close(descriptor) == 0 else { throw SystemError(errno) }
+        guard temporary.withCString({ from in path.withCString { rename(from, $0) } }) == 0 else { throw SystemError(errno) }
         return result
     } catch {
-        unlink(temporary)
+        close(descriptor)
+        _ = temporary.withCString { unlink($0) }
         throw error
     }
+}
+
+/// A system call's failure, described by `strerror`.
+struct SystemError: Error, CustomStringConvertible {
+    let code: Int32
+    init(_ code: Int32) { self.code = code }
+    var description: String { String(cString: strerror(code)) }
+}
+
+/// A whole file's bytes, read with read(2) to its end (a procfs file's size shows as 0).
+func readWholeFile(_ path: RawPath) throws -> [UInt8] {
+    let descriptor = path.open(O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+    guard descriptor >= 0 else { throw SystemError(errno) }
+    defer { close(descriptor) }
+    var status = stat()
+    guard fstat(descriptor, &status) == 0 else { throw SystemError(errno) }
+    guard status.st_mode & S_IFMT == S_IFREG else { throw SystemError(EINVAL) }
+    var bytes: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 1 << 16)
+    while true {
+        let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress!, $0.count) }
+        if count < 0 && errno == EINTR { continue }
+        guard count >= 0 else { throw SystemError(errno) }
+        guard count > 0 else { break }
+        bytes += buffer[..<count]
+    }
+    return bytes
 }
 
 /// The live progress line: files and bytes read against what the walk has found so far.
@@ -298,27 +360,17 @@ func peakMemoryMebibytes() -> Double {
 /// The `VmHWM` line of a Linux `/proc/<pid>/status`, in MiB.
 func peakMemory(fromStatus status: String) -> Double? {
     for line in status.split(separator: "\n") where line.hasPrefix("VmHWM:") {
-        let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+        // "VmHWM:\t  20480 kB": the number is padded to 8 characters, so a large one follows the tab.
+        let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
         guard fields.count == 3, fields[2] == "kB", let kibibytes = Double(fields[1]) else { return nil }
         return kibibytes / 1024
     }
     return nil
 }
 
-/// `/proc/self/status`, read to its end (its size shows as 0), or "" where there is none.
+/// `/proc/self/status`, or "" where there is none.
 func processStatus() -> String {
-    let descriptor = open("/proc/self/status", O_RDONLY | O_CLOEXEC)
-    guard descriptor >= 0 else { return "" }
-    defer { close(descriptor) }
-    var bytes: [UInt8] = []
-    var buffer = [UInt8](repeating: 0, count: 4096)
-    while true {
-        let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress!, $0.count) }
-        if count < 0 && errno == EINTR { continue }
-        guard count > 0 else { break }
-        bytes += buffer[..<count]
-    }
-    return String(decoding: bytes, as: UTF8.self)
+    (try? readWholeFile(RawPath("/proc/self/status"))).map { String(decoding: $0, as: UTF8.self) } ?? ""
 }
 
 func standardError(_ text: String) {

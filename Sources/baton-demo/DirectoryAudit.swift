@@ -69,8 +69,8 @@ final class Ledger: @unchecked Sendable {
 /// `concurrency` operations at a time; each file's outcome is recorded by the node's `onFinish`
 /// callback, after which the tree lets go of it, so memory stays bounded by what is in flight.
 struct DirectoryAudit: Sendable {
-    /// The directory as given (paths in the manifest are relative to it).
-    let root: String
+    /// The directory as given, as bytes (paths in the manifest are relative to it).
+    let root: [UInt8]
     let concurrency: Int
     let ledger = Ledger()
     /// Watches the file reads in progress: a read(2) that blocks longer than its deadline is stopped.
@@ -78,6 +78,10 @@ struct DirectoryAudit: Sendable {
     let seams: AuditSeams
 
     init(root: String, concurrency: Int, readDeadline: Double = 30, seams: AuditSeams = AuditSeams()) {
+        self.init(root: Array(root.utf8), concurrency: concurrency, readDeadline: readDeadline, seams: seams)
+    }
+
+    init(root: [UInt8], concurrency: Int, readDeadline: Double = 30, seams: AuditSeams = AuditSeams()) {
         self.root = root
         self.concurrency = concurrency
         self.watch = ReadWatch(deadline: readDeadline)
@@ -87,7 +91,7 @@ struct DirectoryAudit: Sendable {
     /// Builds the operation tree.
     func makeTree() -> TreeOperation<FoundDirectory> {
         // Paths are cut below the root by bytes (a name may start with a combining mark, or not be UTF-8).
-        let rootLength = root.utf8.count + (root.hasSuffix("/") ? 0 : 1)
+        let rootLength = root.count + (root.last == UInt8(ascii: "/") ? 0 : 1)
         let context = AuditContext(rootLength: rootLength, ledger: ledger, watch: watch, seams: seams)
         let ledger = ledger
         let top = TreeNode<FoundDirectory, Listing>("directory") { ListDirectory($0, context: context) }
@@ -103,7 +107,7 @@ struct DirectoryAudit: Sendable {
         subdirectories.addChild(subdirectories)
         subdirectories.addChild(files)
         return TreeOperation(
-            root: top, input: FoundDirectory(path: RawPath(root), identity: nil), maxConcurrentOperationCount: concurrency)
+            root: top, input: FoundDirectory(path: RawPath(bytes: root), identity: nil), maxConcurrentOperationCount: concurrency)
     }
 
     /// The manifest's bytes (see `ManifestEntry` for the format).

@@ -12,7 +12,8 @@ enum PseudoFileSystem {
         0xCAFE_4A11: "bpf", 0x6165_676C: "pstore", 0x6265_6570: "configfs", 0x6573_5543: "fusectl",
         0xDE5E_81E4: "efivarfs", 0x1980_0202: "mqueue", 0x4249_4E4D: "binfmt_misc", 0xF97C_FF8C: "selinuxfs",
         0x4341_5D53: "smackfs", 0x0187: "autofs", 0x6E73_6673: "nsfs", 0x6759_6969: "rpc_pipefs",
-        0x9FA2: "usbdevfs", 0x9FA1: "openpromfs",
+        0x9FA2: "usbdevfs", 0x9FA1: "openpromfs", 0x6E66_7364: "nfsd", 0x0A64_7361: "functionfs", 0xABBA_1974: "xenfs",
+        0x0765_5821: "resctrl", 0x6C6F_6F70: "binderfs", 0x444D_4142: "dma-buf", 0x5346_414F: "afs",
     ]
     /// Apple platforms' names (`statfs`'s `f_fstypename`) of the pseudo-file systems.
     static let apple: Set<String> = ["devfs", "fdesc", "autofs"]

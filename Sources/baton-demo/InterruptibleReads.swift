@@ -1,62 +1,93 @@
 import Dispatch
 import Foundation
 
-// A read(2) that blocks (a file on a stalled FUSE or network mount, or anything that was not what it
-// seemed) would hold its queue worker, and a Ctrl-C, forever: cancelling an operation does not wake a
-// system call. So each file's reads can be interrupted. The reader marks itself "in a call" before
-// read(2) and clears the mark after; the watch's timer, seeing the operation cancelled or a call past
-// its deadline, marks the reader stopped and
-// sends its thread SIGURG, whose handler does nothing and is installed without SA_RESTART, so the
-// blocked read returns EINTR and the reader sees why. A signal sent just before the reader enters
-// read(2) is handled before the call and would be lost, so the watch sends it again on every tick
-// until the reader has left the call.
+// A system call that blocks (a read or an open on a stalled FUSE or network mount, a listing on a hung
+// automount) would hold its queue worker, and a Ctrl-C, forever: cancelling an operation does not wake
+// a system call. So every call of the audit that can block is watched. The operation marks itself "in
+// a call" before the call and clears the mark after; the watch's timer, seeing the operation cancelled
+// or a call past its deadline, marks it stopped and sends its thread SIGURG, whose handler does nothing
+// and is installed without SA_RESTART, so the blocked call returns EINTR and the operation sees why. A
+// signal sent just before the call is entered is handled before it and would be lost, so the watch
+// sends it again on every tick until the call has returned.
+//
+// Some calls do not return even then: FUSE turns a signal into an INTERRUPT request and waits for a
+// server that may never answer. After a grace period the watch abandons such a call: it finishes the
+// operation itself (cancelled, or reported as blocked), so the audit ends and prints its summary; the
+// thread stays in the kernel until the call returns, and then does nothing more.
 
-/// One file's reads: whether one is in progress, on which thread and since when, and whether they
-/// must stop. A value with one method per event, so tests can drive it whole.
+/// One operation's watched calls: whether one is in progress, on which thread and since when, whether
+/// they must stop, and whether the watch gave up on the one in progress. A value with one method per
+/// event, so tests can drive it whole.
 struct ReadState<Thread> {
-    /// Why reads must stop.
+    /// Why calls must stop.
     enum Stop: Equatable, Sendable {
         /// The operation was cancelled (Ctrl-C).
         case cancelled
-        /// One call took longer than the deadline.
+        /// One call made no progress for longer than the deadline.
         case stalled
+    }
+
+    /// What the watch's tick must do.
+    enum TickAction {
+        case nothing
+        /// Send the thread the signal (again).
+        case interrupt(Thread)
+        /// The call did not return within the grace period after it was told to stop: finish the
+        /// operation for it.
+        case abandon(Stop)
     }
 
     private(set) var stop: Stop?
     private(set) var call: (thread: Thread, since: UInt64)?
+    /// When the call in progress was first told to stop.
+    private(set) var stoppingSince: UInt64?
+    /// The watch finished the operation for a call that did not return: the operation must not.
+    private(set) var abandoned = false
 
-    /// The reader is about to call read(2): false if it must stop instead.
+    /// The operation is about to make a call: false if it must stop instead.
     mutating func beginCall(on thread: Thread, at now: UInt64) -> Bool {
-        guard stop == nil else { return false }
+        guard stop == nil && !abandoned else { return false }
         call = (thread, now)
         return true
     }
 
-    /// The reader's call returned: why it must stop, if it must.
+    /// A long call (a directory's listing) made progress: its deadline starts again.
+    mutating func progress(at now: UInt64) {
+        if let call { self.call = (call.thread, now) }
+    }
+
+    /// The call returned: why calls must stop, if they must.
     mutating func endCall() -> Stop? {
         call = nil
+        stoppingSince = nil
         return stop
     }
 
-    /// Someone asks the reads to stop (the first reason wins): the thread to interrupt, if one is in
+    /// Someone asks the calls to stop (the first reason wins): the thread to interrupt, if one is in
     /// a call.
     mutating func request(_ reason: Stop) -> Thread? {
         if stop == nil { stop = reason }
-        return call?.thread
+        return abandoned ? nil : call?.thread
     }
 
-    /// The watch's tick: the thread to interrupt (again), if a call must stop or has outlived
-    /// `deadline` nanoseconds.
-    mutating func tick(at now: UInt64, deadline: UInt64) -> Thread? {
-        guard let call else { return nil }
-        if stop == nil && now &- call.since > deadline { stop = .stalled }
-        return stop == nil ? nil : call.thread
+    /// The watch's tick at `now`: interrupt a call that must stop or has outlived `deadline`
+    /// nanoseconds, and abandon one still running `grace` nanoseconds after it was first told to.
+    mutating func tick(at now: UInt64, deadline: UInt64, grace: UInt64) -> TickAction {
+        guard let call, !abandoned else { return .nothing }
+        // `now` was read before the lock was taken: a call that began meanwhile is younger than it.
+        if stop == nil && now > call.since && now - call.since > deadline { stop = .stalled }
+        guard let stop else { return .nothing }
+        let since = stoppingSince ?? now
+        stoppingSince = since
+        guard now > since && now - since > grace else { return .interrupt(call.thread) }
+        abandoned = true
+        return .abandon(stop)
     }
 }
 
-/// Reads one file's descriptor so that a cancel or the watch's deadline can interrupt a blocked call.
-/// Its state is guarded by its watch's lock: one lock decides for every read in progress and for the
-/// timer that stops them (and a file pays for no lock of its own).
+/// Makes one operation's blocking calls interruptible. Its state is guarded by its watch's lock: one
+/// lock decides for every call in progress and for the timer that stops them (and an operation pays
+/// for no lock of its own).
 final class FileReader: @unchecked Sendable {
     private let watch: ReadWatch
     /// Guarded by `watch.lock`.
@@ -64,99 +95,161 @@ final class FileReader: @unchecked Sendable {
 
     fileprivate init(watch: ReadWatch) { self.watch = watch }
 
-    /// What one `read` came to.
+    /// What one call came to.
     enum Result: Equatable {
-        case bytes(Int)
+        /// What it returned (a byte count, a descriptor).
+        case value(Int)
         case failed(Int32)
         case stopped(ReadState<pthread_t>.Stop)
+        /// The watch gave up on the call and finished the operation: do nothing more.
+        case abandoned
     }
 
-    /// read(2) into `buffer`, retried when a signal interrupts it for no reason of ours.
+    /// read(2) into `buffer`.
     func read(_ descriptor: Int32, into buffer: UnsafeMutableRawPointer, count: Int) -> Result {
         call { systemRead(descriptor, buffer, count) }
     }
 
-    /// A system call that may block (read(2), or open(2) on a file system that answers slowly):
-    /// `body` returns its result, or -1 with `errno` set; retried when a signal interrupts it for no
-    /// reason of ours.
+    /// A system call that may block: `body` returns its result, or -1 with `errno` set; retried when a
+    /// signal interrupts it for no reason of ours.
     func call(_ body: () -> Int) -> Result {
         while true {
-            let now = DispatchTime.now().uptimeNanoseconds
-            let thread = pthread_self()
-            let stopped: ReadState<pthread_t>.Stop? = watch.lock.withLock {
-                state.beginCall(on: thread, at: now) ? nil : (state.stop ?? .cancelled)
-            }
-            if let stopped { return .stopped(stopped) }
-            let count = body()
+            if let refused = begin() { return refused }
+            let result = body()
             let failure = errno
-            let stop = watch.lock.withLock { state.endCall() }
-            if count >= 0 { return .bytes(count) }
+            let (stop, abandoned) = end()
+            if abandoned { return .abandoned }
+            if result >= 0 { return .value(result) }
             if failure != EINTR { return .failed(failure) }
             if let stop { return .stopped(stop) }
         }
     }
 
-    /// Stops the reads: a call in progress is interrupted (and again by the watch until it returns).
-    func stop(_ reason: ReadState<pthread_t>.Stop) {
-        watch.lock.withLock { stopLocked(reason) }
+    /// What a span came to.
+    enum SpanOutcome<Value> {
+        /// `body` ran; `stop` says whether calls had to stop meanwhile (and why).
+        case finished(Value, stop: ReadState<pthread_t>.Stop?)
+        /// Calls had to stop before it began: `body` did not run.
+        case refused(ReadState<pthread_t>.Stop)
+        /// The watch gave up on it and finished the operation: do nothing more.
+        case abandoned
     }
 
-    /// Why the reads stopped, if they did.
+    /// Runs `body`, a run of calls watched as one (a directory's listing), which reports its progress
+    /// with `progress()`, so its deadline is for a stretch without progress. A call that a signal
+    /// interrupts inside it fails with EINTR; `body` simply stops.
+    func span<Value>(_ body: () -> Value) -> SpanOutcome<Value> {
+        if let refused = begin() {
+            guard case .stopped(let stop) = refused else { return .abandoned }
+            return .refused(stop)
+        }
+        let value = body()
+        let (stop, abandoned) = end()
+        return abandoned ? .abandoned : .finished(value, stop: stop)
+    }
+
+    /// Restarts the deadline of the span in progress.
+    func progress() {
+        let now = DispatchTime.now().uptimeNanoseconds
+        watch.lock.withLock { state.progress(at: now) }
+    }
+
+    /// Why calls stopped, if they did.
     var stopReason: ReadState<pthread_t>.Stop? { watch.lock.withLock { state.stop } }
+
+    private func begin() -> Result? {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let thread = pthread_self()
+        return watch.lock.withLock {
+            if state.beginCall(on: thread, at: now) { return nil }
+            return state.abandoned ? .abandoned : .stopped(state.stop ?? .cancelled)
+        }
+    }
+
+    private func end() -> (stop: ReadState<pthread_t>.Stop?, abandoned: Bool) {
+        watch.lock.withLock { (state.endCall(), state.abandoned) }
+    }
 
     /// Signalled under the lock: the thread cannot have left the call and gone on to other work.
     fileprivate func stopLocked(_ reason: ReadState<pthread_t>.Stop) {
         if let thread = state.request(reason) { InterruptSignal.send(to: thread) }
     }
 
-    fileprivate func tickLocked(at now: UInt64, deadline: UInt64) {
-        if let thread = state.tick(at: now, deadline: deadline) { InterruptSignal.send(to: thread) }
+    fileprivate func tickLocked(at now: UInt64, deadline: UInt64, grace: UInt64) -> ReadState<pthread_t>.Stop? {
+        switch state.tick(at: now, deadline: deadline, grace: grace) {
+        case .nothing: return nil
+        case .interrupt(let thread):
+            InterruptSignal.send(to: thread)
+            return nil
+        case .abandon(let stop): return stop
+        }
     }
 }
 
-/// The file reads in progress in one audit, and the timer that enforces their deadline and repeats
-/// their interrupts. It looks only at the reads in progress (at most the audit's concurrency).
+/// The watched calls in progress in one audit, and the timer that enforces their deadline, repeats
+/// their interrupts and abandons the calls that ignore them. It looks only at the calls in progress
+/// (at most the audit's concurrency).
 final class ReadWatch: @unchecked Sendable {
-    /// How long one read(2) may block before the file is reported as stalled.
+    /// How long one call may block before its operation is reported as blocked.
     let deadline: Double
+    /// How long a call told to stop may take to return before the watch finishes its operation.
+    let grace: Double
     fileprivate let lock = NSLock()
-    private var readers: [ObjectIdentifier: (reader: FileReader, operation: Operation)] = [:]
+    private var watched: [ObjectIdentifier: Watched] = [:]
     private let timer: any DispatchSourceTimer
 
-    init(deadline: Double) {
-        self.deadline = deadline
+    private struct Watched {
+        let reader: FileReader
+        let operation: Operation
+        let abandon: @Sendable (ReadState<pthread_t>.Stop) -> Void
+    }
+
+    /// The longest deadline: a year (a longer one would overflow the clock's nanoseconds).
+    static let longestDeadline = 365 * 86_400.0
+
+    init(deadline: Double, grace: Double = 1) {
+        self.deadline = min(deadline, Self.longestDeadline)
+        self.grace = grace
         InterruptSignal.install()
         timer = DispatchSource.makeTimerSource(queue: .global())
-        let period = min(0.1, max(0.01, deadline / 4))
+        let period = min(0.1, max(0.01, self.deadline / 4))
         timer.schedule(deadline: .now() + period, repeating: period)
-        let nanoseconds = UInt64(deadline * 1e9)
-        timer.setEventHandler { [weak self] in self?.tick(deadline: nanoseconds) }
+        let (nanoseconds, graceNanoseconds) = (UInt64(self.deadline * 1e9), UInt64(grace * 1e9))
+        timer.setEventHandler { [weak self] in self?.tick(deadline: nanoseconds, grace: graceNanoseconds) }
         timer.resume()
     }
 
     deinit { timer.cancel() }
 
-    /// Calls `body` with a reader that the watch stops when `operation` is cancelled (Baton tells an
-    /// operation `didCancel()` only once `execute()` has returned, and these reads run inside it) or
-    /// when one of its calls outlives the deadline.
-    func watching<Result>(for operation: Operation, _ body: (FileReader) -> Result) -> Result {
+    /// Calls `body` with a reader whose calls the watch stops when `operation` is cancelled (Baton
+    /// tells an operation `didCancel()` only once `execute()` has returned, and these calls run inside
+    /// it) or when one of them outlives the deadline. If a call does not return when told to, the
+    /// watch calls `abandon` (once, on its own thread) to finish the operation, and the reader's
+    /// calls then answer `.abandoned`.
+    func watching<Result>(
+        for operation: Operation, abandon: @escaping @Sendable (ReadState<pthread_t>.Stop) -> Void,
+        _ body: (FileReader) -> Result
+    ) -> Result {
         InterruptSignal.unblockOnThisThread()
         let reader = FileReader(watch: self)
         let key = ObjectIdentifier(reader)
-        lock.withLock { readers[key] = (reader, operation) }
-        defer { _ = lock.withLock { readers.removeValue(forKey: key) } }
+        lock.withLock { watched[key] = Watched(reader: reader, operation: operation, abandon: abandon) }
+        defer { _ = lock.withLock { watched.removeValue(forKey: key) } }
         return body(reader)
     }
 
-    private func tick(deadline: UInt64) {
+    private func tick(deadline: UInt64, grace: UInt64) {
         let now = DispatchTime.now().uptimeNanoseconds
         // Whether an operation is cancelled is asked outside the lock (it takes the operation's own).
-        let watched = lock.withLock { readers.values.map { ($0.reader, $0.operation) } }
-        let cancelled = watched.filter { $0.1.isCancelled }.map { ObjectIdentifier($0.0) }
-        lock.withLock {
-            for key in cancelled { readers[key]?.reader.stopLocked(.cancelled) }
-            for (reader, _) in readers.values { reader.tickLocked(at: now, deadline: deadline) }
+        let all = lock.withLock { Array(watched) }
+        let cancelled = all.filter { $0.value.operation.isCancelled }.map(\.key)
+        let abandoned = lock.withLock {
+            for key in cancelled { watched[key]?.reader.stopLocked(.cancelled) }
+            return watched.values.compactMap { entry in
+                entry.reader.tickLocked(at: now, deadline: deadline, grace: grace).map { (entry.abandon, $0) }
+            }
         }
+        for (abandon, stop) in abandoned { abandon(stop) }
     }
 }
 

@@ -101,19 +101,22 @@ struct ManifestError: Error, Equatable, CustomStringConvertible {
 enum Manifest {
     /// Reads a manifest's bytes back into entries, sorted by path.
     static func parse(_ bytes: [UInt8]) throws(ManifestError) -> [ManifestEntry] {
-        var entries: [ManifestEntry] = []
-        var number = 0
+        var numbered: [(entry: ManifestEntry, line: Int)] = []
         var lines = bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
         if lines.last?.isEmpty == true { lines.removeLast() }
-        for line in lines {
-            number += 1
-            entries.append(try parse(line: line, number: number))
+        for (index, line) in lines.enumerated() {
+            numbered.append((try parse(line: line, number: index + 1), index + 1))
         }
-        entries.sort(by: ManifestEntry.byPath)
-        for (one, next) in zip(entries, entries.dropFirst()) where one.pathBytes == next.pathBytes {
-            throw ManifestError(line: 0, reason: "the path \(escapedForDisplay(one.path)) is listed twice")
+        // Sorted by path, then by line: a path listed twice names its second line.
+        numbered.sort {
+            ManifestEntry.byPath($0.entry, $1.entry) || ($0.entry.pathBytes == $1.entry.pathBytes && $0.line < $1.line)
         }
-        return entries
+        for (one, next) in zip(numbered, numbered.dropFirst()) where one.entry.pathBytes == next.entry.pathBytes {
+            throw ManifestError(
+                line: next.line,
+                reason: "the path \(escapedForDisplay(one.entry.pathBytes)) is listed twice (first on line \(one.line))")
+        }
+        return numbered.map(\.entry)
     }
 
     private static func parse(line: ArraySlice<UInt8>, number: Int) throws(ManifestError) -> ManifestEntry {

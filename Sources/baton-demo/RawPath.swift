@@ -34,11 +34,18 @@ struct RawPath: Sendable, Hashable {
         return bytes.count > rootLength ? bytes.dropFirst(rootLength) : [UInt8(ascii: ".")]
     }
 
+    /// Calls `body` with the path as a NUL-terminated C string.
+    func withCString<Result>(_ body: (UnsafePointer<CChar>) -> Result) -> Result {
+        terminated.withUnsafeBufferPointer { buffer in
+            buffer.withMemoryRebound(to: CChar.self) { body($0.baseAddress!) }
+        }
+    }
+
     /// Opens the path with `open(2)`'s `flags`, however long it is: a path of `PATH_MAX` bytes or
     /// more is opened one piece at a time, each piece relative to a descriptor of the directory
     /// before it (`openat`), so depth never makes a file unreadable. Returns the descriptor, or -1
     /// with `errno` set.
-    func open(_ flags: Int32) -> Int32 {
+    func open(_ flags: Int32, mode: mode_t = 0) -> Int32 {
         let limit = Int(PATH_MAX) - 1
         var start = terminated.startIndex
         var directory = AT_FDCWD
@@ -58,19 +65,19 @@ struct RawPath: Sendable, Hashable {
             }
             start = slash + 1
         }
-        return openPiece(directory, start, terminated.count - 1, flags)
+        return openPiece(directory, start, terminated.count - 1, flags, mode)
     }
 
     /// `openat(directory, bytes[start..<end], flags)`, with the piece NUL-terminated.
-    private func openPiece(_ directory: Int32, _ start: Int, _ end: Int, _ flags: Int32) -> Int32 {
+    private func openPiece(_ directory: Int32, _ start: Int, _ end: Int, _ flags: Int32, _ mode: mode_t = 0) -> Int32 {
         if end == terminated.count - 1 {
             return terminated[start...].withUnsafeBufferPointer { piece in
-                piece.withMemoryRebound(to: CChar.self) { openat(directory, $0.baseAddress!, flags) }
+                piece.withMemoryRebound(to: CChar.self) { openat(directory, $0.baseAddress!, flags, mode) }
             }
         }
         let piece = Array(terminated[start..<end]) + [0]
         return piece.withUnsafeBufferPointer { piece in
-            piece.withMemoryRebound(to: CChar.self) { openat(directory, $0.baseAddress!, flags) }
+            piece.withMemoryRebound(to: CChar.self) { openat(directory, $0.baseAddress!, flags, mode) }
         }
     }
 }
@@ -83,6 +90,24 @@ struct FileIdentity: Sendable, Hashable {
     init(_ status: stat) {
         device = UInt64(truncatingIfNeeded: status.st_dev)
         inode = UInt64(truncatingIfNeeded: status.st_ino)
+    }
+}
+
+/// Which version of a file a listing saw: its status change time, which any write, truncation,
+/// rename or change of owner or mode moves (so a file that was removed and recreated with the same
+/// inode number, as file systems reuse them, is a new version).
+struct FileVersion: Sendable, Hashable {
+    let seconds: Int64
+    let nanoseconds: Int64
+
+    init(_ status: stat) {
+        #if canImport(Darwin)
+        seconds = Int64(status.st_ctimespec.tv_sec)
+        nanoseconds = Int64(status.st_ctimespec.tv_nsec)
+        #else
+        seconds = Int64(status.st_ctim.tv_sec)
+        nanoseconds = Int64(status.st_ctim.tv_nsec)
+        #endif
     }
 }
 

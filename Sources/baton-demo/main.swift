@@ -10,4 +10,8 @@ import Foundation
 // one operation per file reads it in 1 MiB chunks and checksums it, N at a time. A live progress line
 // runs on a terminal's standard error; Ctrl-C cancels cleanly and prints the summary.
 
-exit(runDemo(CommandLine.arguments))
+// The arguments' bytes, as the system gave them (`CommandLine.arguments` decodes them lossily).
+let arguments = (0..<Int(CommandLine.argc)).map { index in
+    CommandLine.unsafeArgv[index].map { Array(UnsafeRawBufferPointer(start: $0, count: strlen($0))) } ?? []
+}
+exit(runDemo(arguments: arguments))

@@ -171,7 +171,9 @@ final class DemoHostileTreeTests: BatonTestCase {
         }
         XCTAssertThrowsError(try Manifest.parse(Array("0123456789abcdef x name\n".utf8)))
         XCTAssertThrowsError(try Manifest.parse(Array("0123456789abcdef 3\n".utf8)))
-        XCTAssertThrowsError(try Manifest.parse(Array("skipped 0 a\nunreadable 0 a\n".utf8)))
+        XCTAssertThrowsError(try Manifest.parse(Array("skipped 0 a\nskipped 0 b\nunreadable 0 a\n".utf8))) {
+            XCTAssertEqual($0 as? ManifestError, ManifestError(line: 3, reason: "the path a is listed twice (first on line 1)"))
+        }
         XCTAssertEqual(runDemo(["baton-demo", rootPath, "--check", manifest.path + "-missing"]) { _ in }, 2)
     }
 
@@ -209,6 +211,35 @@ final class DemoHostileTreeTests: BatonTestCase {
             }))
         XCTAssertEqual(problem(audit, Array("replaced.txt".utf8))?.reason, "replaced by another file while auditing")
         XCTAssertEqual(problem(audit, Array("linked.txt".utf8))?.reason, "replaced by a symbolic link while auditing")
+    }
+
+    func testAFileRemovedAndRecreatedOrModifiedBetweenListingAndOpenIsReportedChanged() throws {
+        makeFile(Array("recreated.txt".utf8), "nine byte")
+        makeFile(Array("appended.txt".utf8), "nine byte")
+        makeFile(Array("vanished.txt".utf8), "nine byte")
+        let (recreated, appended, vanished) = (
+            path(Array("recreated.txt".utf8)), path(Array("appended.txt".utf8)), path(Array("vanished.txt".utf8))
+        )
+        let audit = try audit(
+            AuditSeams(beforeOpen: { operation in
+                let bytes = Array(operation.file.path.bytes)
+                if bytes == recreated {
+                    // File systems reuse a freed inode number at once: only its change time tells.
+                    _ = call(recreated) { unlink($0) }
+                    writeFile(recreated, "another content, other size")
+                } else if bytes == appended {
+                    let appender = call(appended) { open($0, O_WRONLY | O_APPEND) }
+                    _ = write(appender, "+", 1)
+                    close(appender)
+                } else if bytes == vanished {
+                    _ = call(vanished) { unlink($0) }
+                }
+            }))
+        XCTAssertEqual(entry(audit, Array("recreated.txt".utf8))?.status, .changed)
+        XCTAssertEqual(entry(audit, Array("recreated.txt".utf8))?.size, 9, "the size as listed")
+        XCTAssertEqual(problem(audit, Array("appended.txt".utf8))?.reason, "modified while auditing")
+        XCTAssertEqual(problem(audit, Array("vanished.txt".utf8))?.reason, "removed while auditing")
+        XCTAssertEqual(audit.ledger.snapshot.filesRead, 0)
     }
 
     func testAFileThatGrowsOrShrinksWhileReadIsReportedChangedAndItsReadEnds() throws {
@@ -302,6 +333,59 @@ final class DemoHostileTreeTests: BatonTestCase {
         XCTAssertEqual(entry(audit, Array("fine.dat".utf8))?.size, 4)
     }
 
+    /// A read that ignores signals (as one on a FUSE mount whose server stopped answering does).
+    private final class DeafRead: Sendable {
+        let release = DispatchSemaphore(value: 0)
+        let entered = DispatchSemaphore(value: 0)
+        let returned = DispatchSemaphore(value: 0)
+        func read(_: Int32, _: UnsafeMutableRawPointer, _: Int) -> Int {
+            entered.signal()
+            release.wait()   // retries on EINTR: a signal does not end it
+            returned.signal()
+            errno = EIO
+            return -1
+        }
+    }
+
+    func testAReadThatIgnoresItsInterruptIsAbandonedAndTheAuditEnds() throws {
+        makeFile(Array("deaf.dat".utf8), "never read")
+        makeFile(Array("fine.dat".utf8), "read")
+        let deaf = DeafRead()
+        let audit = DirectoryAudit(
+            root: rootPath, concurrency: 2, readDeadline: 0.2,
+            seams: AuditSeams(read: { descriptor, buffer, count in
+                // Only the one file's reads are deaf.
+                var status = stat()
+                fstat(descriptor, &status)
+                return status.st_size == 10 ? deaf.read(descriptor, buffer, count) : Foundation.read(descriptor, buffer, count)
+            }))
+        let tree = audit.makeTree()
+        XCTAssertTrue(try tree.runToOutcome(timeout: testTimeout).isSuccess)
+        XCTAssertEqual(problem(audit, Array("deaf.dat".utf8))?.reason, "a call reading it blocked for more than 0.2 s")
+        XCTAssertEqual(entry(audit, Array("fine.dat".utf8))?.size, 4)
+        // When the call returns at last, the operation does nothing more: its outcome stays.
+        deaf.release.signal()
+        XCTAssertEqual(deaf.returned.wait(timeout: .now() + testTimeout), .success)
+        XCTAssertEqual(audit.ledger.snapshot.unreadable, 1)
+        XCTAssertEqual(audit.ledger.sortedEntries.count, 2)
+    }
+
+    func testCancellingDuringAReadThatIgnoresItsInterruptStillEndsTheAudit() throws {
+        makeFile(Array("deaf.dat".utf8), "never read")
+        let deaf = DeafRead()
+        let audit = DirectoryAudit(
+            root: rootPath, concurrency: 1, readDeadline: 3_600, seams: AuditSeams(read: { deaf.read($0, $1, $2) }))
+        let tree = audit.makeTree()
+        let queue = OperationQueue()
+        queue.addOperation(tree)
+        XCTAssertEqual(deaf.entered.wait(timeout: .now() + testTimeout), .success)
+        tree.cancel()
+        XCTAssertTrue(try tree.waitToOutcome().isCancelled)
+        deaf.release.signal()
+        XCTAssertEqual(deaf.returned.wait(timeout: .now() + testTimeout), .success)
+        XCTAssertEqual(audit.ledger.snapshot.filesRead, 0)
+    }
+
     func testCtrlCDuringABlockedReadInterruptsItAndPrintsTheSummary() throws {
         guard baton_demo_read_syscall_number() >= 0 else { throw XCTSkip("needs /proc/self/task/*/syscall") }
         makeFile(Array("blocked.dat".utf8), "never read")
@@ -327,6 +411,42 @@ final class DemoHostileTreeTests: BatonTestCase {
         XCTAssertTrue(output.contains("Interrupted: the 0 files above were read to the end"), output)
         // Stopped by the cancellation, not by the read deadline (which would report it unreadable).
         XCTAssertTrue(output.contains("unreadable:     0\n"), output)
+    }
+
+    // MARK: - The command line
+
+    func testArgumentsAreBytesAndArePrintedEscaped() throws {
+        // A directory and a manifest whose names are not UTF-8, and a manifest name with an escape
+        // sequence and a newline: audited, written under those very bytes, printed escaped.
+        let directory = root + Array("/odd".utf8) + [0xFF]
+        XCTAssertEqual(call(directory) { mkdir($0, 0o755) }, 0)
+        writeFile(directory + Array("/inside.txt".utf8), "inside")
+        let manifest = root + Array("/manifest".utf8) + [0xFE]
+        var output = ""
+        XCTAssertEqual(
+            runDemo(arguments: [Array("baton-demo".utf8), directory, Array("--manifest".utf8), manifest]) { output += $0 }, 0)
+        XCTAssertTrue(output.contains("odd\\xFF"), output)
+        XCTAssertTrue(output.contains("manifest\\xFE"), output)
+        let written = try readWholeFile(RawPath(bytes: manifest))
+        XCTAssertEqual(try Manifest.parse(written).map(\.path), [Array("inside.txt".utf8)])
+
+        let hostile = root + Array("/m\u{1B}[2J\nFAKE".utf8)
+        output = ""
+        XCTAssertEqual(
+            runDemo(arguments: [Array("baton-demo".utf8), directory, Array("--manifest".utf8), hostile]) { output += $0 }, 0)
+        XCTAssertFalse(output.contains("\u{1B}"), output)
+        XCTAssertTrue(output.contains("m\\x1B[2J\\nFAKE"), output)
+        XCTAssertNoThrow(try readWholeFile(RawPath(bytes: hostile)))
+    }
+
+    func testAReadTimeoutOutOfRangeIsAUsageError() {
+        for value in ["0", "-1", "nan", "inf", "1e11", "31536001"] {
+            XCTAssertEqual(
+                DemoOptions.parse(["--read-timeout", value]),
+                .failure(UsageError("--read-timeout needs a number of seconds above 0, up to a year (31536000)")), value)
+        }
+        XCTAssertEqual(DemoOptions.parse(["--read-timeout", "31536000"]).map { $0?.readTimeout }, .success(31_536_000))
+        XCTAssertEqual(runDemo(["baton-demo", rootPath, "--read-timeout", "1e11"]) { _ in }, 2)
     }
 
     // MARK: - Pure parts
@@ -393,52 +513,100 @@ final class DemoHostileTreeTests: BatonTestCase {
     func testPeakMemoryIsTheProcesssOwnHighWaterMark() {
         XCTAssertEqual(peakMemory(fromStatus: "Name:\tx\nVmPeak:\t  9000 kB\nVmHWM:\t    2048 kB\nVmRSS:\t1 kB\n"), 2)
         XCTAssertNil(peakMemory(fromStatus: "Name:\tx\n"))
+        // The kernel pads the number to 8 characters: a larger one follows the tab directly.
+        XCTAssertEqual(peakMemory(fromStatus: "VmHWM:\t12582912 kB\n"), 12_288)
         #if os(Linux)
         let peak = peakMemoryMebibytes()
         XCTAssertTrue(peak > 0 && peak.isFinite, "\(peak)")
         #endif
     }
 
-    /// Every order of the events one file's reads can meet, from two threads, up to a depth: a stop
-    /// is never lost, a stopped reader never starts another call, and a call is interrupted (again on
-    /// every tick) exactly while it must stop.
+    /// Every order of the events one operation's watched calls can meet, from its thread and the
+    /// watch's, up to a depth: a stop is never lost and the first reason wins; a stopped reader starts
+    /// no call; a call is interrupted only while it must stop, again on every tick; it is abandoned only
+    /// after an interrupt it outlived by the grace period, and then never again touched.
     func testTheReadStateKeepsItsPromisesInEveryOrderOfEvents() {
-        enum Event: CaseIterable { case begin, end, cancel, tick, lateTick }
-        var frontier = [(state: ReadState<Int>(), trace: [Event]())]
-        var explored = 0
+        enum Event: CaseIterable { case begin, end, progress, cancel, tick, lateTick, graceTick, staleTick }
+        typealias State = ReadState<Int>
+        struct Node {
+            var state = State()
+            var now: UInt64 = 1_000
+            var interrupted = false   // the call in progress has been interrupted at least once
+        }
+        let (deadline, grace): (UInt64, UInt64) = (100, 1_000)
+        var frontier = [Node()]
+        var (explored, abandons, stalls) = (0, 0, 0)
         for _ in 0..<7 {
-            var next: [(state: ReadState<Int>, trace: [Event])] = []
-            for (state, trace) in frontier {
+            var next: [Node] = []
+            for node in frontier {
                 for event in Event.allCases {
-                    var state = state
-                    let inCall = state.call != nil
-                    let stopped = state.stop
+                    var node = node
+                    let (inCall, stopped, abandoned) = (node.state.call != nil, node.state.stop, node.state.abandoned)
                     switch event {
                     case .begin:
-                        guard !inCall else { continue }   // one reader thread: no call inside a call
-                        XCTAssertEqual(state.beginCall(on: 7, at: 100), stopped == nil)
-                        XCTAssertEqual(state.call != nil, stopped == nil)
+                        guard !inCall else { continue }   // one thread makes the calls: none inside another
+                        XCTAssertEqual(node.state.beginCall(on: 7, at: node.now), stopped == nil && !abandoned)
+                        node.interrupted = false
                     case .end:
                         guard inCall else { continue }
-                        XCTAssertEqual(state.endCall(), stopped)
-                        XCTAssertNil(state.call)
+                        XCTAssertEqual(node.state.endCall(), stopped)
+                        XCTAssertNil(node.state.call)
+                    case .progress:
+                        node.now += 10
+                        node.state.progress(at: node.now)
                     case .cancel:
-                        XCTAssertEqual(state.request(.cancelled), inCall ? 7 : nil)
-                        XCTAssertEqual(state.stop, stopped ?? .cancelled, "the first reason wins")
-                    case .tick:
-                        XCTAssertEqual(state.tick(at: 150, deadline: 100), inCall && stopped != nil ? 7 : nil)
-                        XCTAssertEqual(state.stop, stopped)
-                    case .lateTick:
-                        XCTAssertEqual(state.tick(at: 1_000, deadline: 100), inCall ? 7 : nil)
-                        XCTAssertEqual(state.stop, inCall ? (stopped ?? .stalled) : stopped)
+                        XCTAssertEqual(node.state.request(.cancelled), inCall && !abandoned ? 7 : nil)
+                        XCTAssertEqual(node.state.stop, stopped ?? .cancelled, "the first reason wins")
+                    case .staleTick:
+                        // A tick whose clock was read before the call began (it takes the lock later).
+                        guard let since = node.state.call?.since else { continue }
+                        let before = node.state
+                        switch node.state.tick(at: since - 1, deadline: deadline, grace: grace) {
+                        case .abandon: XCTFail("abandoned by a stale tick")
+                        case .interrupt: node.interrupted = true   // a call told to stop is interrupted
+                        case .nothing: break
+                        }
+                        XCTAssertEqual(node.state.stop, before.stop, "stopped by a stale tick")
+                    case .tick, .lateTick, .graceTick:
+                        let (since, wasInterrupted) = (node.state.call?.since, node.interrupted)
+                        node.now += event == .tick ? 10 : event == .lateTick ? deadline + 1 : grace + 1
+                        let action = node.state.tick(at: node.now, deadline: deadline, grace: grace)
+                        switch action {
+                        case .nothing:
+                            XCTAssertTrue(!inCall || abandoned || node.state.stop == nil)
+                        case .interrupt(let thread):
+                            XCTAssertEqual(thread, 7)
+                            XCTAssertTrue(inCall && !abandoned && node.state.stop != nil)
+                            node.interrupted = true
+                        case .abandon(let stop):
+                            XCTAssertTrue(wasInterrupted, "abandoned without an interrupt first")
+                            XCTAssertEqual(event, .graceTick, "abandoned before the grace period")
+                            XCTAssertEqual(stop, node.state.stop)
+                            XCTAssertTrue(node.state.abandoned)
+                            abandons += 1
+                        }
+                        if stopped == nil && node.state.stop == .stalled {
+                            XCTAssertGreaterThan(node.now - (since ?? node.now), deadline, "stalled before the deadline")
+                            stalls += 1
+                        }
+                        if let since, stopped == nil, !abandoned, node.now - since > deadline {
+                            XCTAssertEqual(node.state.stop, .stalled, "a call past its deadline not stopped")
+                        }
+                        if wasInterrupted && event == .graceTick && inCall && !abandoned, case .interrupt = action {
+                            XCTFail("a call interrupted and outlived by the grace period was not abandoned")
+                        }
                     }
+                    if abandoned { XCTAssertTrue(node.state.abandoned, "abandoned is for good") }
+                    if stopped != nil { XCTAssertEqual(node.state.stop, stopped, "a stop is never lost or changed") }
                     explored += 1
-                    next.append((state, trace + [event]))
+                    next.append(node)
                 }
             }
             frontier = next
         }
-        XCTAssertGreaterThan(explored, 1_000)
+        XCTAssertGreaterThan(explored, 100_000)
+        XCTAssertGreaterThan(abandons, 0)
+        XCTAssertGreaterThan(stalls, 0)
     }
 
     // MARK: - Helpers

@@ -118,7 +118,7 @@ final class DemoTests: BatonTestCase {
             }))
         XCTAssertEqual(status, 1)
         let text = try String(contentsOf: manifest, encoding: .utf8)
-        XCTAssertTrue(text.contains("unreadable 13 a/file3.txt\n"), text)
+        XCTAssertTrue(text.contains("changed 13 a/file3.txt\n"), text)
     }
 
     func testNamesThatAreNotUTF8OrStartWithACombiningMarkAreReadAndKept() throws {
@@ -231,7 +231,7 @@ final class DemoTests: BatonTestCase {
         XCTAssertEqual(DemoOptions.parse(["--no-such-flag"]), .failure(UsageError("unknown option --no-such-flag")))
         XCTAssertEqual(
             DemoOptions.parse(["-j", "3", "dir", "--manifest", "m.txt"]),
-            .success(DemoOptions(directory: "dir", concurrency: 3, manifest: "m.txt")))
+            .success(DemoOptions(directory: Array("dir".utf8), concurrency: 3, manifest: Array("m.txt".utf8))))
         XCTAssertEqual(DemoOptions.parse(["--help"]), .success(nil))
         XCTAssertEqual(runDemo(["baton-demo", directory.path, "--concurrency", "2"]), 0)
     }
