@@ -209,7 +209,7 @@ func runDemo(
           files:          \(counts.filesRead) read of \(counts.filesFound) found
           bytes:          \(counts.bytesRead) (\(formatted(bytes: counts.bytesRead)))
           unreadable:     \(counts.unreadable)
-          changed:        \(counts.changed) (replaced, grown or shrunk while audited)
+          changed:        \(counts.changed) (replaced, removed or modified while audited)
           skipped:        \(counts.skipped) on pseudo-file systems (procfs, sysfs, …)
           not followed:   \(counts.links) symbolic links, \(counts.special) special files
           tree checksum:  \(hex(treeChecksum))
