@@ -71,7 +71,10 @@ open class ResultOperation<Output: Sendable>: AsyncOperation, @unchecked Sendabl
     func typed(_ outcome: Outcome<(any Sendable)?>) -> Outcome<Output> {
         switch outcome {
         case .succeeded(let value):
-            guard let output = value as? Output else {
+            // The stored value's own Optional is unwrapped first: cast whole, an `Optional<any
+            // Sendable>` is itself an `any Sendable`, and an `any Sendable` output came back wrapped.
+            let output: Output? = if let value { value as? Output } else { value as? Output }
+            guard let output else {
                 return .failed(BatonError.missingOutput(operation: reference))
             }
             return .succeeded(output)

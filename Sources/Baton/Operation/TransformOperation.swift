@@ -32,7 +32,9 @@ open class TransformOperation<Input: Sendable, Output: Sendable>: ResultOperatio
 
     /// The input. Set it before the operation starts; a value set later is ignored and reported.
     public final var input: Input? {
-        get { core.withLock { $0.input as? Input } }
+        // Unwrapped before the cast, as `ResultOperation` does with outputs: an `any Sendable` input
+        // came back wrapped in the storage's Optional.
+        get { core.withLock { $0.input.flatMap { $0 as? Input } } }
         set {
             let accepted = core.withLock { state -> Bool in
                 guard state.life.isPending else { return false }
