@@ -82,4 +82,25 @@ final class AnySendableOutputTests: BatonTestCase {
         XCTAssertEqual(String(describing: transform.input), "Optional(7)", "the property itself is optional, once")
         XCTAssertEqual(try transform.run(on: OperationQueue(), timeout: .seconds(Int(testTimeout))), "7")
     }
+
+    func testAMixedSequenceTypedAnySendableEndsAsTheSameChainDoes() throws {
+        func steps() -> [Operation] {
+            [ResultBlockOperation<Int> { $0.finish(with: 5) }, BlockOperation {}]
+        }
+        let chain = try OperationQueue().addChain(steps()).wait(timeout: .seconds(Int(testTimeout)))
+        let sequence = try SequenceOperation<any Sendable>(operations: steps()).run(
+            on: OperationQueue(), timeout: .seconds(Int(testTimeout)))
+        XCTAssertEqual(String(describing: chain), "()")
+        XCTAssertEqual(String(describing: sequence), "()")
+        // With an output last, that output; typed otherwise, a missing output is still an error.
+        let ending = SequenceOperation<any Sendable>(operations: [
+            BlockOperation {}, ResultBlockOperation<String> { $0.finish(with: "x") },
+        ])
+        XCTAssertEqual(String(describing: try ending.run(on: OperationQueue(), timeout: .seconds(Int(testTimeout)))), "x")
+        let typed = SequenceOperation<Int>(operations: steps())
+        guard case .failed(let error) = try typed.runToOutcome() else {
+            return XCTFail("a typed sequence without an output succeeded")
+        }
+        guard case .outputTypeMismatch = error as? BatonError else { return XCTFail("\(error)") }
+    }
 }

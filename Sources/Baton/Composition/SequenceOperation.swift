@@ -10,7 +10,8 @@ import Foundation
 /// Between two children the sequence does what a chain's adapter does (``ChainAdapter``):
 /// cancellation, the error and the output flow on. The sequence stops at the first child that fails
 /// or is cancelled, and finishes the same way; the children it never ran finish cancelled. Its output
-/// is the last child's output (`Output` must match it, or be `Void`).
+/// is the last child's output (`Output` must match it, or be `Void`; typed `any Sendable`, a sequence
+/// whose last child has no output succeeds with `()`, as a chain does).
 ///
 /// The generator form makes each next step from the one before, or ends with `nil`:
 ///
@@ -369,6 +370,13 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
             if Output.self == Void.self { return finish() }
             guard let last else { return conclude(.failed(BatonError.emptySequence(operation: reference))) }
             guard let value = last.observedOutcome.output ?? nil else {
+                // A sequence of mixed steps typed `any Sendable` ends as a chain of them does: with
+                // `()` when its last step has no output.
+                if ObjectIdentifier(Output.self) == ObjectIdentifier((any Sendable).self),
+                    let unit = (() as any Sendable) as? Output
+                {
+                    return conclude(.succeeded(unit))
+                }
                 return conclude(
                     .failed(
                         BatonError.outputTypeMismatch(
