@@ -211,7 +211,7 @@ func runDemo(
           unreadable:     \(counts.unreadable)
           changed:        \(counts.changed) (replaced, removed or modified while audited)
           skipped:        \(counts.skipped) on pseudo-file systems (procfs, sysfs, …)
-          not followed:   \(counts.links) symbolic links, \(counts.special) special files
+          not read:       \(counts.links) symbolic links (not followed), \(counts.special) special files (FIFOs, devices, sockets)
           tree checksum:  \(hex(treeChecksum))
           outcome:        \(ending.outcome.map { "\($0)" } ?? "unfinished")
           time:           \(String(format: "%.3f", seconds)) s, \(options.concurrency) at a time

@@ -140,7 +140,7 @@ final class DemoHostileTreeTests: BatonTestCase {
         XCTAssertFalse(first.contains("\u{1B}"), first)
         var pending = [UInt8](repeating: 0, count: 8192)
         XCTAssertEqual(read(fifo, &pending, pending.count), 4096)
-        XCTAssertTrue(first.contains("1 special files"), first)
+        XCTAssertTrue(first.contains("1 special files (FIFOs, devices, sockets)"), first)
 
         // The loop closes: the unchanged tree checks clean; a change, a removal and an addition are
         // each reported, by name.
