@@ -11,18 +11,35 @@
 /// ```
 public final class AsyncBlockOperation: AsyncOperation, @unchecked Sendable {
     private let body: @Sendable (AsyncBlockOperation) -> Void
+    private let cancelHandler: (@Sendable (AsyncBlockOperation) -> Void)?
 
     /// Creates an operation that runs `body` when it executes.
     ///
-    /// - Parameter body: The work; it must finish the operation (or rerun it) eventually.
-    public init(_ body: @escaping @Sendable (AsyncBlockOperation) -> Void) {
+    /// - Parameters:
+    ///   - body: The work; it must finish the operation (or rerun it) eventually.
+    ///   - onCancel: What to do when the operation is cancelled while executing, or `nil` (the
+    ///     default) to leave it to the body, which then checks `isCancelled`. It runs as
+    ///     ``AsyncOperation/didCancel()`` does: once, on the thread that called `cancel()`, and
+    ///     never while the body runs (a cancellation that arrives during the body is delivered when
+    ///     the body returns). It should stop the work and call `finish()`: the operation then
+    ///     finishes ``Outcome/cancelled``. Cancelled before it started, the operation finishes
+    ///     without running either closure.
+    public init(
+        _ body: @escaping @Sendable (AsyncBlockOperation) -> Void, onCancel: (@Sendable (AsyncBlockOperation) -> Void)? = nil
+    ) {
         self.body = body
+        self.cancelHandler = onCancel
         super.init()
     }
 
     /// Runs the body.
     public override func execute() {
         body(self)
+    }
+
+    /// Runs the `onCancel` closure, if there is one.
+    public override func didCancel() {
+        cancelHandler?(self)
     }
 
     /// Runs the body again, asynchronously: after the current call returns when called from inside

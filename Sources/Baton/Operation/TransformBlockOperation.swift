@@ -9,6 +9,7 @@ public final class TransformBlockOperation<Input: Sendable, Output: Sendable>: T
     @unchecked Sendable
 {
     private let body: @Sendable (TransformBlockOperation<Input, Output>) -> Void
+    private let cancelHandler: (@Sendable (TransformBlockOperation<Input, Output>) -> Void)?
 
     /// Creates an operation that runs `body` when it executes.
     ///
@@ -16,8 +17,19 @@ public final class TransformBlockOperation<Input: Sendable, Output: Sendable>: T
     ///   - input: The input, or `nil` (the default) to set it later or let a chain provide it.
     ///   - body: The work; it reads ``TransformOperation/input`` and must finish the operation (or
     ///     rerun it) eventually.
-    public init(input: Input? = nil, _ body: @escaping @Sendable (TransformBlockOperation<Input, Output>) -> Void) {
+    ///   - onCancel: What to do when the operation is cancelled while executing, or `nil` (the
+    ///     default) to leave it to the body, which then checks `isCancelled`. It runs as
+    ///     ``AsyncOperation/didCancel()`` does: once, on the thread that called `cancel()`, and
+    ///     never while the body runs (a cancellation that arrives during the body is delivered when
+    ///     the body returns). It should stop the work and call `finish()`: the operation then
+    ///     finishes ``Outcome/cancelled``. Cancelled before it started, the operation finishes
+    ///     without running either closure.
+    public init(
+        input: Input? = nil, _ body: @escaping @Sendable (TransformBlockOperation<Input, Output>) -> Void,
+        onCancel: (@Sendable (TransformBlockOperation<Input, Output>) -> Void)? = nil
+    ) {
         self.body = body
+        self.cancelHandler = onCancel
         super.init()
         if let input { self.input = input }
     }
@@ -45,6 +57,11 @@ public final class TransformBlockOperation<Input: Sendable, Output: Sendable>: T
     /// Runs the body.
     public override func execute() {
         body(self)
+    }
+
+    /// Runs the `onCancel` closure, if there is one.
+    public override func didCancel() {
+        cancelHandler?(self)
     }
 
     /// Runs the body again, asynchronously: after the current call returns when called from inside

@@ -1,0 +1,101 @@
+import Dispatch
+import Foundation
+import XCTest
+
+@testable import Baton
+
+/// A block operation's `onCancel` closure: what `didCancel()` is to a subclass (issue #22).
+final class BlockCancelHandlerTests: BatonTestCase {
+    func testTheHandlerStopsWorkTheBodyLeftRunningAndFinishesTheOperationCancelled() throws {
+        let started = Gate()
+        let calls = Locked<[String]>([])
+        // The body starts work that would never end by itself, and returns.
+        let operation = AsyncBlockOperation { _ in
+            calls.mutate { $0.append("body") }
+            started.open()
+        } onCancel: { operation in
+            calls.mutate { $0.append("onCancel") }
+            operation.finish()
+        }
+        let queue = OperationQueue()
+        queue.addOperation(operation)
+        XCTAssertTrue(started.wait())
+        operation.cancel()
+        XCTAssertTrue(try operation.waitToOutcome().isCancelled)
+        XCTAssertEqual(calls.value, ["body", "onCancel"])
+        operation.cancel()
+        XCTAssertEqual(calls.value, ["body", "onCancel"], "once")
+    }
+
+    func testACancellationDuringTheBodyReachesTheHandlerWhenTheBodyReturnsNeverDuringIt() throws {
+        for _ in 0..<200 {
+            let inBody = Gate()
+            let cancelled = Gate()
+            let events = Locked<[String]>([])
+            let operation = ResultBlockOperation<Int> { operation in
+                events.mutate { $0.append("body begins") }
+                inBody.open()
+                // Hold the body until the cancel has been called on another thread.
+                _ = cancelled.wait()
+                events.mutate { $0.append("body ends") }
+            } onCancel: { operation in
+                events.mutate { $0.append("onCancel") }
+                operation.finish()
+            }
+            OperationQueue().addOperation(operation)
+            XCTAssertTrue(inBody.wait())
+            let canceller = Thread {
+                operation.cancel()
+                cancelled.open()
+            }
+            canceller.start()
+            XCTAssertTrue(try operation.waitToOutcome().isCancelled)
+            XCTAssertEqual(events.value, ["body begins", "body ends", "onCancel"])
+        }
+    }
+
+    func testCancelledBeforeItStartsNeitherClosureRuns() throws {
+        let ran = Locked(0)
+        let operation = TransformBlockOperation<Int, Int>(input: 1) { _ in
+            ran.mutate { $0 += 1 }
+        } onCancel: { _ in
+            ran.mutate { $0 += 10 }
+        }
+        operation.cancel()
+        XCTAssertTrue(try operation.runToOutcome().isCancelled)
+        XCTAssertEqual(ran.value, 0)
+    }
+
+    func testWithoutAHandlerTheBodyStillOwnsTheCancellation() throws {
+        let started = Gate()
+        let operation = AsyncBlockOperation { operation in
+            started.open()
+            DispatchQueue.global().async {
+                while !operation.isCancelled { sched_yield() }
+                operation.finish()
+            }
+        }
+        OperationQueue().addOperation(operation)
+        XCTAssertTrue(started.wait())
+        operation.cancel()
+        XCTAssertTrue(try operation.waitToOutcome().isCancelled)
+    }
+
+    func testATransformBlockHandlerSeesItsOperation() throws {
+        let seen = Locked<Int?>(nil)
+        let started = Gate()
+        let operation = TransformBlockOperation<Int, String>(input: 7) { _ in
+            started.open()
+        } onCancel: { operation in
+            seen.mutate { $0 = operation.input }
+            operation.finish()
+        }
+        OperationQueue().addOperation(operation)
+        XCTAssertTrue(started.wait())
+        operation.cancel()
+        XCTAssertTrue(try operation.waitToOutcome().isCancelled)
+        XCTAssertEqual(seen.value, 7)
+        // The function form is unchanged.
+        XCTAssertEqual(try TransformBlockOperation(input: 21) { $0 * 2 }.run(on: OperationQueue(), timeout: .seconds(20)), 42)
+    }
+}
