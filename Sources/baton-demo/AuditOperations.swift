@@ -99,14 +99,20 @@ final class ListDirectory: ResultOperation<Listing>, @unchecked Sendable {
     private func list(with reader: FileReader) {
         let path = directory.path
         let follow = directory.identity == nil ? 0 : O_NOFOLLOW
-        let descriptor: Int32
-        switch reader.call({ Int(path.open(O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC | follow)) }) {
-        case .value(let value): descriptor = Int32(value)
+        var descriptor: Int32 = -1
+        switch reader.call({
+            descriptor = path.open(O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC | follow)
+            return Int(descriptor)
+        }) {
+        case .value: break
         case .failed(let failure) where failure == ELOOP || failure == ENOTDIR:
             return skip(.changed, "replaced while auditing")
         case .failed(let failure): return skip(.unreadable, String(cString: strerror(failure)))
         case .stopped(let stop): return finishStopped(stop, "opening it")
-        case .abandoned: return
+        case .abandoned:
+            // The open may have succeeded as the watch gave up on it.
+            if descriptor >= 0 { close(descriptor) }
+            return
         }
         switch reader.span({ list(descriptor, reader) }) {
         case .finished(_, stop: let stop?), .refused(let stop): finishStopped(stop, "listing it")
@@ -244,22 +250,21 @@ final class ChecksumFile: ResultOperation<FileAudit>, @unchecked Sendable {
     }
 
     private func audit(with reader: FileReader) {
-        // Opening can block too (a stalled mount): interruptible as the reads are.
-        let descriptor: Int32
-        switch reader.call({ Int(file.path.open(O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)) }) {
-        case .value(let value): descriptor = Int32(value)
+        // Opening and examining can block too (a stalled mount): one watched call. A descriptor it
+        // opened is closed whatever the call came to (an abandoned call may still have opened one).
+        var descriptor: Int32 = -1
+        var status = stat()
+        defer { if descriptor >= 0 { close(descriptor) } }
+        let opened = reader.call {
+            if descriptor < 0 { descriptor = file.path.open(O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY) }
+            return descriptor < 0 ? -1 : Int(fstat(descriptor, &status))
+        }
+        switch opened {
+        case .value: break
         case .failed(ELOOP): return report(.changed, "replaced by a symbolic link while auditing")
         case .failed(ENOENT): return report(.changed, "removed while auditing")
         case .failed(let failure): return unreadable(failure)
         case .stopped(let stop): return finishStopped(stop, "opening it")
-        case .abandoned: return
-        }
-        defer { close(descriptor) }
-        var status = stat()
-        switch reader.call({ Int(fstat(descriptor, &status)) }) {
-        case .value: break
-        case .failed(let failure): return unreadable(failure)
-        case .stopped(let stop): return finishStopped(stop, "examining it")
         case .abandoned: return
         }
         guard status.st_mode & S_IFMT == S_IFREG else {
@@ -310,12 +315,8 @@ final class ChecksumFile: ResultOperation<FileAudit>, @unchecked Sendable {
             var filled = 0
             while filled < capacity && !ended {
                 let wanted = capacity - filled
-                let read = context.seams.read
-                let result =
-                    read == nil
-                    ? reader.read(descriptor, into: buffer.baseAddress! + filled, count: wanted)
-                    : reader.call { read!(descriptor, buffer.baseAddress! + filled, wanted) }
-                switch result {
+                let (read, target) = (context.seams.read ?? systemRead, buffer.baseAddress! + filled)
+                switch reader.call({ read(descriptor, target, wanted) }) {
                 case .value(let count):
                     filled += count
                     ended = count == 0 || (count < wanted && total + filled == size)

@@ -378,11 +378,10 @@ func standardError(_ text: String) {
 }
 
 /// The tree's outcome, handed from its finish callback to the thread that prints the summary.
-final class Ending: @unchecked Sendable {
-    private let lock = NSLock()
-    private var stored: Outcome<Void>?
-    func set(_ outcome: Outcome<Void>) { lock.withLock { stored = outcome } }
-    var outcome: Outcome<Void>? { lock.withLock { stored } }
+final class Ending: Sendable {
+    private let stored = Mutex<Outcome<Void>?>(nil)
+    func set(_ outcome: Outcome<Void>) { stored.withLock { $0 = outcome } }
+    var outcome: Outcome<Void>? { stored.withLock { $0 } }
 }
 
 /// Turns SIGINT into calls of a closure, on a thread of its own: the signal handler only writes a

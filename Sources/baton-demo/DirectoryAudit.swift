@@ -2,7 +2,7 @@ import Baton
 import Foundation
 
 /// What the audit has counted so far, safe from any thread.
-final class Ledger: @unchecked Sendable {
+final class Ledger: Sendable {
     /// The counts, without the entries (cheap to take while the audit runs).
     struct Counts: Sendable {
         var directories = 0
@@ -23,45 +23,49 @@ final class Ledger: @unchecked Sendable {
         let reason: String
     }
 
-    private let lock = NSLock()
-    private var counts = Counts()
-    private var entries: [ManifestEntry] = []
-    private var problems: [Problem] = []
+    /// What the ledger holds, behind its one lock.
+    private struct Books {
+        var counts = Counts()
+        var entries: [ManifestEntry] = []
+        var problems: [Problem] = []
+    }
+
+    private let books = Mutex(Books())
 
     func listed(files: [FoundFile], links: Int, special: Int) {
         let bytes = files.reduce(0) { $0 + $1.size }
-        lock.withLock {
-            counts.directories += 1
-            counts.filesFound += files.count
-            counts.bytesFound += bytes
-            counts.links += links
-            counts.special += special
+        books.withLock {
+            $0.counts.directories += 1
+            $0.counts.filesFound += files.count
+            $0.counts.bytesFound += bytes
+            $0.counts.links += links
+            $0.counts.special += special
         }
     }
 
     /// Records an entry: checksummed, or not (with the reason).
     func record(_ entry: ManifestEntry, _ problem: String? = nil) {
-        lock.withLock {
-            entries.append(entry)
+        books.withLock {
+            $0.entries.append(entry)
             switch entry.status {
             case .checksum:
-                counts.filesRead += 1
-                counts.bytesRead += entry.size
-            case .unreadable: counts.unreadable += 1
-            case .changed: counts.changed += 1
-            case .skipped: counts.skipped += 1
+                $0.counts.filesRead += 1
+                $0.counts.bytesRead += entry.size
+            case .unreadable: $0.counts.unreadable += 1
+            case .changed: $0.counts.changed += 1
+            case .skipped: $0.counts.skipped += 1
             }
-            if let problem { problems.append(Problem(entry: entry, reason: problem)) }
+            if let problem { $0.problems.append(Problem(entry: entry, reason: problem)) }
         }
     }
 
-    var snapshot: Counts { lock.withLock { counts } }
+    var snapshot: Counts { books.withLock { $0.counts } }
 
     /// Every entry, sorted by path: the manifest's lines.
-    var sortedEntries: [ManifestEntry] { lock.withLock { entries }.sorted(by: ManifestEntry.byPath) }
+    var sortedEntries: [ManifestEntry] { books.withLock { $0.entries }.sorted(by: ManifestEntry.byPath) }
 
     /// Every entry that was not checksummed, sorted by path.
-    var sortedProblems: [Problem] { lock.withLock { problems }.sorted { ManifestEntry.byPath($0.entry, $1.entry) } }
+    var sortedProblems: [Problem] { books.withLock { $0.problems }.sorted { ManifestEntry.byPath($0.entry, $1.entry) } }
 }
 
 /// Walks a directory tree with a `TreeOperation`: one node lists the root, a recursive node lists every
@@ -77,14 +81,16 @@ struct DirectoryAudit: Sendable {
     let watch: ReadWatch
     let seams: AuditSeams
 
-    init(root: String, concurrency: Int, readDeadline: Double = 30, seams: AuditSeams = AuditSeams()) {
-        self.init(root: Array(root.utf8), concurrency: concurrency, readDeadline: readDeadline, seams: seams)
+    init(root: String, concurrency: Int, readDeadline: Double = 30, readGrace: Double = 1, seams: AuditSeams = AuditSeams()) {
+        self.init(
+            root: Array(root.utf8), concurrency: concurrency, readDeadline: readDeadline, readGrace: readGrace, seams: seams)
     }
 
-    init(root: [UInt8], concurrency: Int, readDeadline: Double = 30, seams: AuditSeams = AuditSeams()) {
+    /// `readGrace`: how long a call told to stop may take to return before it is abandoned.
+    init(root: [UInt8], concurrency: Int, readDeadline: Double = 30, readGrace: Double = 1, seams: AuditSeams = AuditSeams()) {
         self.root = root
         self.concurrency = concurrency
-        self.watch = ReadWatch(deadline: readDeadline)
+        self.watch = ReadWatch(deadline: readDeadline, grace: readGrace)
         self.seams = seams
     }
 

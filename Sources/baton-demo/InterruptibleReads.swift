@@ -1,3 +1,4 @@
+import Baton
 import Dispatch
 import Foundation
 
@@ -85,13 +86,10 @@ struct ReadState<Thread> {
     }
 }
 
-/// Makes one operation's blocking calls interruptible. Its state is guarded by its watch's lock: one
-/// lock decides for every call in progress and for the timer that stops them (and an operation pays
-/// for no lock of its own).
-final class FileReader: @unchecked Sendable {
+/// Makes one operation's blocking calls interruptible: a handle on its entry in the watch, whose one
+/// lock decides for every call in progress and for the timer that stops them.
+final class FileReader: Sendable {
     private let watch: ReadWatch
-    /// Guarded by `watch.lock`.
-    fileprivate var state = ReadState<pthread_t>()
 
     fileprivate init(watch: ReadWatch) { self.watch = watch }
 
@@ -103,11 +101,6 @@ final class FileReader: @unchecked Sendable {
         case stopped(ReadState<pthread_t>.Stop)
         /// The watch gave up on the call and finished the operation: do nothing more.
         case abandoned
-    }
-
-    /// read(2) into `buffer`.
-    func read(_ descriptor: Int32, into buffer: UnsafeMutableRawPointer, count: Int) -> Result {
-        call { systemRead(descriptor, buffer, count) }
     }
 
     /// A system call that may block: `body` returns its result, or -1 with `errno` set; retried when a
@@ -151,55 +144,38 @@ final class FileReader: @unchecked Sendable {
     /// Restarts the deadline of the span in progress.
     func progress() {
         let now = DispatchTime.now().uptimeNanoseconds
-        watch.lock.withLock { state.progress(at: now) }
+        watch.update(self) { $0.progress(at: now) }
     }
-
-    /// Why calls stopped, if they did.
-    var stopReason: ReadState<pthread_t>.Stop? { watch.lock.withLock { state.stop } }
 
     private func begin() -> Result? {
         let now = DispatchTime.now().uptimeNanoseconds
         let thread = pthread_self()
-        return watch.lock.withLock {
+        return watch.update(self) { state in
             if state.beginCall(on: thread, at: now) { return nil }
             return state.abandoned ? .abandoned : .stopped(state.stop ?? .cancelled)
         }
     }
 
     private func end() -> (stop: ReadState<pthread_t>.Stop?, abandoned: Bool) {
-        watch.lock.withLock { (state.endCall(), state.abandoned) }
-    }
-
-    /// Signalled under the lock: the thread cannot have left the call and gone on to other work.
-    fileprivate func stopLocked(_ reason: ReadState<pthread_t>.Stop) {
-        if let thread = state.request(reason) { InterruptSignal.send(to: thread) }
-    }
-
-    fileprivate func tickLocked(at now: UInt64, deadline: UInt64, grace: UInt64) -> ReadState<pthread_t>.Stop? {
-        switch state.tick(at: now, deadline: deadline, grace: grace) {
-        case .nothing: return nil
-        case .interrupt(let thread):
-            InterruptSignal.send(to: thread)
-            return nil
-        case .abandon(let stop): return stop
-        }
+        watch.update(self) { state in (state.endCall(), state.abandoned) }
     }
 }
 
 /// The watched calls in progress in one audit, and the timer that enforces their deadline, repeats
 /// their interrupts and abandons the calls that ignore them. It looks only at the calls in progress
 /// (at most the audit's concurrency).
-final class ReadWatch: @unchecked Sendable {
+final class ReadWatch: @unchecked Sendable {   // the timer is set once; a dispatch source is thread-safe
     /// How long one call may block before its operation is reported as blocked.
     let deadline: Double
     /// How long a call told to stop may take to return before the watch finishes its operation.
     let grace: Double
-    fileprivate let lock = NSLock()
-    private var watched: [ObjectIdentifier: Watched] = [:]
+    /// Each watched reader's calls, and what the watch needs to stop them: the one state, behind the
+    /// one lock.
+    private let watched = Mutex<[ObjectIdentifier: Watched]>([:])
     private let timer: any DispatchSourceTimer
 
     private struct Watched {
-        let reader: FileReader
+        var state = ReadState<pthread_t>()
         let operation: Operation
         let abandon: @Sendable (ReadState<pthread_t>.Stop) -> Void
     }
@@ -233,22 +209,37 @@ final class ReadWatch: @unchecked Sendable {
         InterruptSignal.unblockOnThisThread()
         let reader = FileReader(watch: self)
         let key = ObjectIdentifier(reader)
-        lock.withLock { watched[key] = Watched(reader: reader, operation: operation, abandon: abandon) }
-        defer { _ = lock.withLock { watched.removeValue(forKey: key) } }
+        watched.withLock { $0[key] = Watched(operation: operation, abandon: abandon) }
+        defer { _ = watched.withLock { $0.removeValue(forKey: key) } }
         return body(reader)
+    }
+
+    /// Applies an event to `reader`'s state under the lock; the thread it names, if any, is sent the
+    /// signal there, so it cannot have left the call and gone on to other work.
+    fileprivate func update<Value>(_ reader: FileReader, _ event: (inout ReadState<pthread_t>) -> Value) -> Value {
+        watched.withLock { event(&$0[ObjectIdentifier(reader)]!.state) }
     }
 
     private func tick(deadline: UInt64, grace: UInt64) {
         let now = DispatchTime.now().uptimeNanoseconds
         // Whether an operation is cancelled is asked outside the lock (it takes the operation's own).
-        let all = lock.withLock { Array(watched) }
-        let cancelled = all.filter { $0.value.operation.isCancelled }.map(\.key)
-        let abandoned = lock.withLock {
-            for key in cancelled { watched[key]?.reader.stopLocked(.cancelled) }
-            return watched.values.compactMap { entry in
-                entry.reader.tickLocked(at: now, deadline: deadline, grace: grace).map { (entry.abandon, $0) }
+        let operations = watched.withLock { $0.mapValues(\.operation) }
+        let cancelled = operations.filter { $0.value.isCancelled }.map(\.key)
+        let abandoned = watched.withLock { entries in
+            var abandoned: [(@Sendable (ReadState<pthread_t>.Stop) -> Void, ReadState<pthread_t>.Stop)] = []
+            for key in Array(entries.keys) {
+                if cancelled.contains(key), let thread = entries[key]!.state.request(.cancelled) {
+                    InterruptSignal.send(to: thread)
+                }
+                switch entries[key]!.state.tick(at: now, deadline: deadline, grace: grace) {
+                case .nothing: break
+                case .interrupt(let thread): InterruptSignal.send(to: thread)
+                case .abandon(let stop): abandoned.append((entries[key]!.abandon, stop))
+                }
             }
+            return abandoned
         }
+        // The operations are finished outside the lock.
         for (abandon, stop) in abandoned { abandon(stop) }
     }
 }
@@ -295,7 +286,7 @@ enum InterruptSignal {
     }()
 }
 
-/// read(2) (a method named `read` hides it inside `FileReader`).
-private func systemRead(_ descriptor: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) -> Int {
+/// read(2), under a name that a method named `read` does not hide.
+func systemRead(_ descriptor: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) -> Int {
     read(descriptor, buffer, count)
 }

@@ -98,4 +98,48 @@ final class BlockCancelHandlerTests: BatonTestCase {
         // The function form is unchanged.
         XCTAssertEqual(try TransformBlockOperation(input: 21) { $0 * 2 }.run(on: OperationQueue(), timeout: .seconds(20)), 42)
     }
+
+    /// A body that reruns itself, a cancel from another thread at a gate, and a handler
+    /// that calls back into its own operation (cancel again, rerun, wait on itself, finish twice):
+    /// one finish, cancelled, and the handler's wait refused or bounded, never a hang. A cancel that
+    /// lands while the body runs makes the body's own `rerun()` end the operation instead (no work is
+    /// left to stop): the handler then never runs. Both orders occur.
+    func testAHandlerThatCallsBackIntoItsOperationWhileReRunsRaceTheCancel() throws {
+        var (handled, endedByRerun) = (0, 0)
+        for trial in 0..<2_000 {
+            let running = Gate()
+            let finishes = Locked(0)
+            let handlerCalls = Locked(0)
+            let runs = Locked(0)
+            // Reruns a few times, then leaves its work going on: the cancel lands inside the body,
+            // during a rerun's hop, or while the operation is idle.
+            let operation = ResultBlockOperation<Int> { operation in
+                running.open()
+                if runs.mutate({ runs -> Bool in
+                    runs += 1
+                    return runs < trial % 4
+                }) {
+                    operation.rerun()
+                }
+            } onCancel: { operation in
+                handlerCalls.mutate { $0 += 1 }
+                operation.cancel()
+                operation.rerun()
+                _ = try? operation.wait(timeout: .milliseconds(1))
+                operation.finish()
+                operation.finish()
+            }
+            operation.onFinish { _ in finishes.mutate { $0 += 1 } }
+            OperationQueue().addOperation(operation)
+            XCTAssertTrue(running.wait())
+            Thread { operation.cancel() }.start()
+            XCTAssertTrue(try operation.waitToOutcome().isCancelled)
+            XCTAssertEqual(finishes.value, 1)
+            XCTAssertLessThanOrEqual(handlerCalls.value, 1)
+            if handlerCalls.value == 1 { handled += 1 } else { endedByRerun += 1 }
+        }
+        XCTAssertGreaterThan(handled, 0)
+        XCTAssertGreaterThan(endedByRerun, 0)
+        XCTAssertFalse(diagnostics.allKinds.contains(.internalInconsistency), "\(diagnostics.allKinds)")
+    }
 }

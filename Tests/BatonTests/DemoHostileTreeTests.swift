@@ -386,6 +386,58 @@ final class DemoHostileTreeTests: BatonTestCase {
         XCTAssertEqual(audit.ledger.snapshot.filesRead, 0)
     }
 
+    /// The watch decides under its lock and finishes an abandoned operation on its own thread, while
+    /// the operation's thread may return from its call at that very moment, and a cancel may arrive
+    /// from a third: every file must still be recorded exactly once, and nothing finished twice.
+    func testAbandonmentsRacingReturnsAndCancelsRecordEveryFileOnceAndFinishNothingTwice() throws {
+        let files = 24
+        for index in 0..<files { makeFile(Array("f\(index).dat".utf8), String(repeating: "x", count: index + 1)) }
+        for trial in 0..<30 {
+            // Every third file's read ignores signals until the trial releases it (or its own gate
+            // opens, at a different point of each trial): the abandonment races the return.
+            let release = DispatchSemaphore(value: 0)
+            let firstDeaf = Gate()
+            let deafReturned = Locked(0)
+            let deafEntered = Locked(0)
+            let audit = DirectoryAudit(
+                root: rootPath, concurrency: 4, readDeadline: 0.02, readGrace: 0.02,
+                seams: AuditSeams(read: { descriptor, buffer, count in
+                    var status = stat()
+                    fstat(descriptor, &status)
+                    guard (Int(status.st_size) - 1) % 3 == 0 else { return systemRead(descriptor, buffer, count) }
+                    let entered = deafEntered.mutate { value -> Int in
+                        value += 1
+                        return value
+                    }
+                    if entered == 1 { firstDeaf.open() }
+                    // Some return at once after entering (racing their abandonment), the rest wait.
+                    if (entered + trial) % 4 != 0 { release.wait() }
+                    deafReturned.mutate { $0 += 1 }
+                    errno = EIO
+                    return -1
+                }))
+            let tree = audit.makeTree()
+            OperationQueue().addOperation(tree)
+            if trial % 2 == 1 {
+                XCTAssertTrue(firstDeaf.wait())
+                tree.cancel()
+            }
+            let outcome = try tree.waitToOutcome(timeout: bulkTimeout)
+            // Release every read still held, and wait for each to come back.
+            let entered = deafEntered.value
+            for _ in 0..<entered { release.signal() }
+            XCTAssertTrue(eventually { deafReturned.value == entered })
+            let paths = audit.ledger.sortedEntries.map(\.path)
+            XCTAssertEqual(Set(paths).count, paths.count, "a file recorded twice, trial \(trial)")
+            if trial % 2 == 0 {
+                XCTAssertTrue(outcome.isSuccess, "trial \(trial): \(outcome)")
+                XCTAssertEqual(paths.count, files, "trial \(trial)")
+            }
+            let kinds = diagnostics.allKinds
+            XCTAssertFalse(kinds.contains(.finishedTwice) || kinds.contains(.internalInconsistency), "\(kinds)")
+        }
+    }
+
     func testCtrlCDuringABlockedReadInterruptsItAndPrintsTheSummary() throws {
         guard baton_demo_read_syscall_number() >= 0 else { throw XCTSkip("needs /proc/self/task/*/syscall") }
         makeFile(Array("blocked.dat".utf8), "never read")

@@ -6,7 +6,8 @@ import Glibc
 import Musl
 #endif
 
-/// The package's one lock: a value of `State` that is only reachable inside `withLock`.
+/// The package's one lock: a value of `State` that is only reachable inside `withLock`. `package`, so
+/// the package's executables (the demo) use it too rather than a second lock type.
 ///
 /// The standard library's `Synchronization.Mutex` needs macOS 15 / iOS 18, so Baton ships this small
 /// one. The lock and the state share a single heap allocation (a `ManagedBuffer`): the header is the
@@ -18,16 +19,16 @@ import Musl
 ///
 /// Rules that keep it deadlock-free: never call out of Baton (callbacks, KVO notifications, other
 /// operations' methods) inside `withLock`; decide under the lock, act after it.
-struct Mutex<State>: @unchecked Sendable {
+package struct Mutex<State>: @unchecked Sendable {
     private let storage: Storage
 
-    init(_ initialState: State) {
+    package init(_ initialState: State) {
         storage = Storage.make(initialState)
     }
 
     /// Runs `body` with exclusive access to the state.
     @inline(__always)
-    func withLock<Result>(_ body: (inout State) throws -> Result) rethrows -> Result {
+    package func withLock<Result>(_ body: (inout State) throws -> Result) rethrows -> Result {
         try storage.withUnsafeMutablePointers { state, lock in
             Self.lock(lock)
             defer { Self.unlock(lock) }

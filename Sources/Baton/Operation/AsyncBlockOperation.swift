@@ -23,7 +23,8 @@ public final class AsyncBlockOperation: AsyncOperation, @unchecked Sendable {
     ///     never while the body runs (a cancellation that arrives during the body is delivered when
     ///     the body returns). It should stop the work and call `finish()`: the operation then
     ///     finishes ``Outcome/cancelled``. Cancelled before it started, the operation finishes
-    ///     without running either closure.
+    ///     without running either closure; cancelled while the body runs and then asked by the body
+    ///     to ``rerun()``, it finishes cancelled instead, without the handler (no work is left).
     public init(
         _ body: @escaping @Sendable (AsyncBlockOperation) -> Void, onCancel: (@Sendable (AsyncBlockOperation) -> Void)? = nil
     ) {

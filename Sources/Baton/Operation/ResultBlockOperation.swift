@@ -17,7 +17,8 @@ public final class ResultBlockOperation<Output: Sendable>: ResultOperation<Outpu
     ///     never while the body runs (a cancellation that arrives during the body is delivered when
     ///     the body returns). It should stop the work and call `finish()`: the operation then
     ///     finishes ``Outcome/cancelled``. Cancelled before it started, the operation finishes
-    ///     without running either closure.
+    ///     without running either closure; cancelled while the body runs and then asked by the body
+    ///     to ``rerun()``, it finishes cancelled instead, without the handler (no work is left).
     public init(
         _ body: @escaping @Sendable (ResultBlockOperation<Output>) -> Void,
         onCancel: (@Sendable (ResultBlockOperation<Output>) -> Void)? = nil

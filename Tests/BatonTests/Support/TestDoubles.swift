@@ -78,6 +78,9 @@ final class DiagnosticsRecorder: Sendable {
 
     func stop() { Diagnostics.handler = previous }
 
+    /// Every kind reported so far, for any operation.
+    var allKinds: [Diagnostic.Kind] { reports.value.map(\.kind) }
+
     func kinds(for operation: Operation) -> [Diagnostic.Kind] {
         reports.value.filter { $0.operation.operation === operation }.map(\.kind)
     }
