@@ -16,6 +16,8 @@ import XCTest
 final class LifecycleExplorationTests: XCTestCase {
     enum Result: Hashable, LifecycleOutcome {
         case succeeded, failed, cancelled
+        /// What a timeout that ran out ends the operation with.
+        case timedOut
         var isCancelled: Bool { self == .cancelled }
     }
 
@@ -49,6 +51,8 @@ final class LifecycleExplorationTests: XCTestCase {
         var executingAnnounced = 0
         var finishedAnnounced = 0
         var enqueues = 0
+        /// A timer fired on the executing operation: it must end `timedOut`.
+        var expired = false
     }
 
     /// One event an actor can feed in a world.
@@ -155,8 +159,9 @@ final class LifecycleExplorationTests: XCTestCase {
             if case .execute(let generation) = next.machine.hopLanded(token: token) { try enterExecute(&next, generation) }
         case .timerFired(let token):
             next.timers.remove(token)
-            if case .timedOut(let action) = next.machine.timerFired(token: token) {
+            if case .timedOut(let action) = next.machine.timerFired(token: token, expiry: .timedOut) {
                 if world.machine.decided != nil { throw Violation(description: "a timer fired on a decided operation") }
+                next.expired = true
                 try cancelled(&next, action)
             }
         case .outcomeDelivered:
@@ -305,6 +310,14 @@ final class LifecycleExplorationTests: XCTestCase {
         if world.machine.timer != nil, world.machine.decided != nil {
             throw Violation(description: "a timer armed on a decided operation")
         }
+        // A timeout that ran out ends the operation timed out, whatever finish follows, and a
+        // timed-out operation does not read as cancelled.
+        if world.expired, let decided = world.machine.decided, decided != .timedOut {
+            throw Violation(description: "a timed-out operation decided \(decided)")
+        }
+        if world.machine.decided == .timedOut && world.machine.cancelRequested {
+            throw Violation(description: "a timed-out operation reads as cancelled")
+        }
     }
 
     /// Liveness: from any world, the echoes in flight, a start by the custodian and one finish by the
@@ -440,7 +453,27 @@ final class LifecycleExplorationTests: XCTestCase {
         let world = try run([.queueStart(skip: nil), .startAnnounced(timer: true), .finish(.succeeded)])
         var machine = world.machine
         let token = try XCTUnwrap(world.timers.first)
-        XCTAssertEqual(machine.timerFired(token: token), .none)
+        XCTAssertEqual(machine.timerFired(token: token, expiry: .timedOut), .none)
+    }
+
+    /// Issue #22: a timeout ends the operation with its expiry, not `cancelled`, both when the subclass
+    /// finishes from `didCancel()` and when `execute()` was still running as the timer fired.
+    func testATimeoutEndsWithItsExpiryNotCancelled() throws {
+        let world = try run([.queueStart(skip: nil), .startAnnounced(timer: true), .executeReturned])
+        let token = try XCTUnwrap(world.timers.first)
+        var idle = world.machine
+        XCTAssertEqual(idle.timerFired(token: token, expiry: .timedOut), .timedOut(.deliverCancel))
+        XCTAssertTrue(idle.cancelRequested, "the work must see the cancellation")
+        XCTAssertEqual(idle.finish(.succeeded, carriesResult: true), .finish(droppedResult: true))
+        XCTAssertEqual(idle.decided, .timedOut)
+        XCTAssertFalse(idle.cancelRequested)
+
+        let inside = try run([.queueStart(skip: nil), .startAnnounced(timer: true)])
+        var machine = inside.machine
+        XCTAssertEqual(machine.timerFired(token: try XCTUnwrap(inside.timers.first), expiry: .timedOut), .timedOut(.none))
+        XCTAssertEqual(machine.rerun(), .none)
+        XCTAssertEqual(machine.executeReturned(generation: try XCTUnwrap(inside.inside)), .finish)
+        XCTAssertEqual(machine.decided, .timedOut)
     }
 
     /// Defect 7: a wait that ends early takes its registration with it.

@@ -45,7 +45,14 @@ final class MisuseTests: BatonTestCase {
         stuck.whenFinished { done.open() }
         OperationQueue().addOperation(stuck)
         done.wait()
-        XCTAssertTrue(stuck.outcome?.isCancelled == true)
+        // Issue #22: a timeout is not a user's cancellation: the operation fails with `timedOut`
+        // naming it, and no longer reads as cancelled once finished.
+        guard case .failed(BatonError.timedOut(let culprit, let after))? = stuck.outcome else {
+            return XCTFail("expected timedOut, got \(String(describing: stuck.outcome))")
+        }
+        XCTAssertTrue(culprit.operation === stuck)
+        XCTAssertEqual(after, .milliseconds(50))
+        XCTAssertFalse(stuck.isCancelled)
         XCTAssertEqual(diagnostics.kinds(for: stuck), [.timedOut])
     }
 

@@ -527,8 +527,14 @@ final class ReliabilityRoundThreeTests: BatonTestCase {
         }
         queue.addOperations(operations, waitUntilFinished: false)
         for operation in operations { waitFinished(operation) }
-        for operation in operations where diagnostics.kinds(for: operation).contains(.timedOut) {
-            XCTAssertEqual(describe(operation.outcome), "cancelled", "timedOut reported for an operation that finished first")
+        // Reported exactly when the outcome is the timeout's (issue #22: a timeout fails the operation).
+        for operation in operations {
+            var timedOut = false
+            if case .failed(BatonError.timedOut)? = operation.outcome { timedOut = true }
+            let reported = diagnostics.kinds(for: operation).contains(.timedOut)
+            XCTAssertEqual(
+                reported, timedOut, "timedOut reported for an operation that finished first: \(describe(operation.outcome))")
+            if !timedOut { XCTAssertEqual(operation.outcome?.output, 1) }
         }
     }
 

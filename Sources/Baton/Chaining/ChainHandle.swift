@@ -181,18 +181,23 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
     @available(*, noasync, message: "use 'try await value' in async code")
     @discardableResult
     public func wait(timeout: Duration) throws -> Output {
+        try waitBlocking(timeout: timeout).get()
+    }
+
+    /// Blocks until the chain finishes or `timeout` runs out; throws only for the wait itself.
+    func waitBlocking(timeout: Duration) throws(BatonError) -> Outcome<Output> {
         if outcome == nil, let reason = queue.deadlockReason(blocking: true) {
-            throw BatonError.wouldDeadlock(operation: pendingOperation.reference, reason: reason)
+            throw .wouldDeadlock(operation: pendingOperation.reference, reason: reason)
         }
         if timeout < .zero {
-            throw BatonError.invalidArgument(
+            throw .invalidArgument(
                 operation: pendingOperation.reference, reason: "a wait's timeout must not be negative, got \(timeout)")
         }
         _ = finished.wait(timeout: timeout.deadlineFromNow)
         guard let outcome = self.outcome else {
-            throw BatonError.timedOut(operation: pendingOperation.reference, after: timeout)
+            throw .timedOut(operation: pendingOperation.reference, after: timeout)
         }
-        return try outcome.get()
+        return outcome
     }
 
     /// The first operation that has not finished: what a wait names.
@@ -208,28 +213,27 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
     ///   was cancelled.
     public var value: Output {
         get async throws {
-            try await waitSuspending(cancellingOnTaskCancellation: false).get()
+            try await waitSuspending(cancellingOnTaskCancellation: false).orCancelled().get()
         }
     }
 
-    /// Suspends until the chain finishes, or at once with ``Outcome/cancelled`` when the awaiting
-    /// task is cancelled (which cancels the chain too when `cancels`).
-    func waitSuspending(cancellingOnTaskCancellation cancels: Bool) async -> Outcome<Output> {
-        let waiter = OutcomeWaiter<Outcome<Output>>()
+    /// Suspends until the chain finishes, or at once when the awaiting task is cancelled (which
+    /// cancels the chain too when `cancels`).
+    func waitSuspending(cancellingOnTaskCancellation cancels: Bool) async -> AwaitEnd<Outcome<Output>> {
+        let waiter = OutcomeWaiter<AwaitEnd<Outcome<Output>>>()
         return await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 waiter.install(continuation)
                 let registration: (token: UInt64?, finished: Outcome<Output>?) = state.withLock { state in
                     if let outcome = state.outcome { return (nil, outcome) }
-                    return (state.callbacks.append { waiter.resume(with: $0) }, nil)
+                    return (state.callbacks.append { waiter.resume(with: .finished($0)) }, nil)
                 }
-                if let finished = registration.finished { return waiter.resume(with: finished) }
+                if let finished = registration.finished { return waiter.resume(with: .finished(finished)) }
                 // Cancelled meanwhile: the wait is over, its registration is released here.
                 if let token = registration.token, !waiter.attach(token) { endWait(token) }
             }
         } onCancel: {
-            if cancels { self.cancel() }
-            waiter.resume(with: .cancelled)
+            waiter.resume(with: .taskCancelled) { if cancels { self.cancel() } }
             if let token = waiter.attachedToken { self.endWait(token) }
         }
     }

@@ -53,12 +53,16 @@ extension OperationQueue {
     ///   - chain: The chain.
     ///   - adapter: What runs between neighbours; ``ChainAdapter/default`` unless you need your own.
     /// - Returns: The running chain, typed by its last operation's output.
-    /// - Throws: ``BatonError`` and enqueues nothing, as the array form.
+    /// The chain lets go of its operations once they are enqueued (the handle holds those still
+    /// ahead), so a chain is enqueued once: enqueuing it again is refused.
+    ///
+    /// - Throws: ``BatonError`` and enqueues nothing, as the array form, and
+    ///   ``BatonError/alreadyEnqueued(operation:)`` for a chain enqueued already.
     @discardableResult
     public func addChain<Output>(
         _ chain: Chain<Output>, adapter: ChainAdapter = .default
     ) throws(BatonError) -> ChainHandle<Output> {
-        try enqueueChain(chain.operations, adapter: adapter) { last in
+        try chain.enqueue(on: self, adapter: adapter) { last in
             (last as? ResultOperation<Output>)?.outcome ?? .cancelled
         }
     }

@@ -11,8 +11,10 @@ import Foundation
 ///
 /// - `maximumAttempts` is the **total** number of attempts, the first included (`maximumAttempts: 1`
 ///   never retries).
-/// - Each attempt is a new operation from `makeAttempt`, given the attempt number (1, 2, …). An
-///   operation that is not fresh (returned twice, or held by a chain, a composite or a wait) fails the
+/// - Each attempt is a new operation from `makeAttempt`, given the attempt number (1, 2, …). It may be
+///   any operation: a `RetryOperation<Void>` (or `<any Sendable>`) retries plain `AsyncOperation`s
+///   and Foundation operations too, and succeeds with `()` (or the attempt's output). An operation
+///   that is not fresh (returned twice, or held by a chain, a composite or a wait) fails the
 ///   retry with ``BatonError/alreadyEnqueued(operation:)`` (or the error that says why).
 /// - `delay` waits between attempts; `shouldRetry` may stop early, given the error and the number of
 ///   the attempt that failed.
@@ -21,14 +23,14 @@ import Foundation
 /// - Cancelling the retry cancels the running attempt, or ends the wait between attempts at once.
 /// - ``progress`` counts attempts made against `maximumAttempts`.
 /// - A finished attempt is let go once the retry has moved on from it: the retry holds the running
-///   attempt only. Create it with `keepsFinishedChildren: true` to keep every attempt for
+///   attempt only, and nothing during the delay before the next one. Create it with `keepsFinishedChildren: true` to keep every attempt for
 ///   ``attemptsMade``.
 public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, ProgressReporting, @unchecked Sendable {
     /// The total number of attempts allowed.
     public let maximumAttempts: Int
     private let delay: RetryDelay
     private let shouldRetry: @Sendable (any Error, Int) -> Bool
-    private let makeAttempt: @Sendable (Int) -> ResultOperation<Output>
+    private let makeAttempt: @Sendable (Int) -> Operation
     private let queue = OperationQueue()
     private let attempts = Mutex(Attempts())
 
@@ -42,10 +44,12 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
     public let keepsFinishedChildren: Bool
 
     private struct Attempts {
-        /// The attempt running or last run, until the retry has ended.
-        var current: ResultOperation<Output>?
+        /// The attempt running, until it has finished and the retry has moved on.
+        var current: Operation?
+        /// The record of the last attempt, when the retry is recorded: the next one's predecessor.
+        var lastRecord: Int?
         /// Every attempt, when the retry keeps finished children.
-        var made: [ResultOperation<Output>] = []
+        var made: [Operation] = []
         var count = 0
         /// Where the retry is: running an attempt, waiting before the next one, or done.
         var phase = Phase.attempting
@@ -54,7 +58,7 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
         var progress = ProgressCount()
     }
 
-    /// Creates a retry.
+    /// Creates a retry of operations with an output.
     ///
     /// - Parameters:
     ///   - maximumAttempts: The total number of attempts, at least 1; otherwise the operation fails at
@@ -64,12 +68,24 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
     ///   - keepsFinishedChildren: Whether ``attemptsMade`` keeps every attempt until the retry is
     ///     freed. Default: `false`, only the running attempt is held.
     ///   - makeAttempt: Makes the operation for attempt number `attempt` (1, 2, …); a new one each time.
-    public init(
+    public convenience init(
         maximumAttempts: Int,
         delay: RetryDelay = .immediate,
         shouldRetry: @escaping @Sendable (_ error: any Error, _ attempt: Int) -> Bool = { _, _ in true },
         keepsFinishedChildren: Bool = false,
         makeAttempt: @escaping @Sendable (_ attempt: Int) -> ResultOperation<Output>
+    ) {
+        self.init(
+            maximumAttempts: maximumAttempts, delay: delay, shouldRetry: shouldRetry,
+            keepsFinishedChildren: keepsFinishedChildren, attempts: makeAttempt)
+    }
+
+    init(
+        maximumAttempts: Int,
+        delay: RetryDelay,
+        shouldRetry: @escaping @Sendable (_ error: any Error, _ attempt: Int) -> Bool,
+        keepsFinishedChildren: Bool,
+        attempts makeAttempt: @escaping @Sendable (_ attempt: Int) -> Operation
     ) {
         self.maximumAttempts = maximumAttempts
         self.keepsFinishedChildren = keepsFinishedChildren
@@ -93,7 +109,7 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
 
     /// The attempts the retry holds, in order: every attempt made so far when it keeps finished
     /// children; otherwise only the one running (none once the retry has ended).
-    public var attemptsMade: [ResultOperation<Output>] {
+    public var attemptsMade: [Operation] {
         let (made, current) = attempts.withLock { ($0.made, $0.current) }
         if keepsFinishedChildren { return made }
         return current.flatMap { $0.isFinished ? nil : [$0] } ?? []
@@ -117,7 +133,7 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
         if waiting {
             end { $0.finish() }
         } else if let current, !current.isFinished {
-            current.cancel()
+            current.cancelHeld()
         }
     }
 
@@ -137,32 +153,34 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
             // The factory returned an operation that is not fresh (the same one twice, say).
             return end { $0.conclude(.failed(error)) }
         }
-        // Whether the attempt goes ahead, and the attempt before it.
-        let (launched, previous) = attempts.withLock { attempts -> (Bool, Operation?) in
+        // Whether the attempt goes ahead, and the record of the attempt before it.
+        let (launched, previous) = attempts.withLock { attempts -> (Bool, Int?) in
             guard attempts.phase != .done else { return (false, nil) }
-            let previous = attempts.current
             attempts.phase = .attempting
             attempts.current = operation
             attempts.count = number
             if keepsFinishedChildren { attempts.made.append(operation) }
             attempts.progress.completed = Int64(number)
-            return (true, previous)
+            return (true, attempts.lastRecord)
         }
         guard launched else { return operation.retire() }
         operation.observeCompletion { self.attemptFinished(operation, number: number) }
-        if isCancelled { operation.cancel() }
+        if isCancelled { operation.cancelHeld() }
         if let recording {
-            recording.adopt(
-                operation, position: number - 1, after: previous, link: number > 1 ? .retry : nil,
-                attempt: number)
+            let record = recording.adopt(
+                operation,
+                FlightRecorder.Placement(
+                    parent: recording.id, position: number - 1, predecessor: previous,
+                    link: number > 1 ? .retry : nil, attempt: number))
+            attempts.withLock { $0.lastRecord = record }
         }
         queue.launch(operation)
     }
 
     private enum AfterFailure { case wait, stop, endCancelled }
 
-    private func attemptFinished(_ operation: ResultOperation<Output>, number: Int) {
-        switch operation.outcome ?? .cancelled {
+    private func attemptFinished(_ operation: Operation, number: Int) {
+        switch operation.outcome(as: Output.self) {
         case .succeeded(let output):
             end { $0.conclude(.succeeded(output)) }
         case .cancelled:
@@ -182,6 +200,9 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
                 guard attempts.phase != .done else { return .stop }
                 if attempts.cancelRequested { return .endCancelled }
                 attempts.phase = .waiting
+                // The failed attempt is let go during the delay (it is in `made` when the retry keeps
+                // finished children).
+                attempts.current = nil
                 return .wait
             }
             switch next {
@@ -198,7 +219,7 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
 
     /// Ends the retry once, whichever of an attempt, a cancellation or a timer gets here first.
     private func end(_ finishing: (RetryOperation<Output>) -> Void) {
-        let (first, last) = attempts.withLock { attempts -> (Bool, ResultOperation<Output>?) in
+        let (first, last) = attempts.withLock { attempts -> (Bool, Operation?) in
             guard attempts.phase != .done else { return (false, nil) }
             attempts.phase = .done
             defer { attempts.current = nil }
@@ -208,5 +229,57 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
         finishing(self)
         // The last attempt is let go here, outside the lock (it may be a composite with work to free).
         withExtendedLifetime(last) {}
+    }
+}
+
+extension RetryOperation where Output == Void {
+    /// Creates a retry of any operations: plain `AsyncOperation`s, Foundation operations, or operations
+    /// whose output the retry does not pass on. It succeeds with `()` when an attempt succeeds.
+    ///
+    /// ```swift
+    /// let ping = RetryOperation<Void>(maximumAttempts: 3) { _ in
+    ///     BlockOperation { print("ping") }
+    /// }
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - maximumAttempts: The total number of attempts, at least 1.
+    ///   - delay: The wait between attempts. Default: ``RetryDelay/immediate``.
+    ///   - shouldRetry: Whether to try again after `error` ended attempt number `attempt`. Default: always.
+    ///   - keepsFinishedChildren: Whether ``attemptsMade`` keeps every attempt. Default: `false`.
+    ///   - makeAttempt: Makes the operation for attempt number `attempt` (1, 2, …); a new one each time.
+    public convenience init(
+        maximumAttempts: Int,
+        delay: RetryDelay = .immediate,
+        shouldRetry: @escaping @Sendable (_ error: any Error, _ attempt: Int) -> Bool = { _, _ in true },
+        keepsFinishedChildren: Bool = false,
+        makeAttempt: @escaping @Sendable (_ attempt: Int) -> Operation
+    ) {
+        self.init(
+            maximumAttempts: maximumAttempts, delay: delay, shouldRetry: shouldRetry,
+            keepsFinishedChildren: keepsFinishedChildren, attempts: makeAttempt)
+    }
+}
+
+extension RetryOperation where Output == any Sendable {
+    /// Creates a retry of any operations that succeeds with the successful attempt's output, or `()`
+    /// when it has none.
+    ///
+    /// - Parameters:
+    ///   - maximumAttempts: The total number of attempts, at least 1.
+    ///   - delay: The wait between attempts. Default: ``RetryDelay/immediate``.
+    ///   - shouldRetry: Whether to try again after `error` ended attempt number `attempt`. Default: always.
+    ///   - keepsFinishedChildren: Whether ``attemptsMade`` keeps every attempt. Default: `false`.
+    ///   - makeAttempt: Makes the operation for attempt number `attempt` (1, 2, …); a new one each time.
+    public convenience init(
+        maximumAttempts: Int,
+        delay: RetryDelay = .immediate,
+        shouldRetry: @escaping @Sendable (_ error: any Error, _ attempt: Int) -> Bool = { _, _ in true },
+        keepsFinishedChildren: Bool = false,
+        makeAttempt: @escaping @Sendable (_ attempt: Int) -> Operation
+    ) {
+        self.init(
+            maximumAttempts: maximumAttempts, delay: delay, shouldRetry: shouldRetry,
+            keepsFinishedChildren: keepsFinishedChildren, attempts: makeAttempt)
     }
 }

@@ -134,30 +134,32 @@ extension AsyncOperation {
 
     /// Claims the operation, adds it to `queue`, and suspends until it finishes. Cancelling the
     /// awaiting task cancels the operation (it is the caller's).
-    func runSuspending(on queue: OperationQueue) async throws(BatonError) -> Outcome<(any Sendable)?> {
+    func runSuspending(on queue: OperationQueue) async throws(BatonError) -> AwaitEnd<Outcome<(any Sendable)?>> {
         if let reason = deadlockReason(runningOn: queue, blocking: false) {
             throw .wouldDeadlock(operation: reference, reason: reason)
         }
-        if let outcome = try claimUnlessFinished() { return outcome }
+        if let outcome = try claimUnlessFinished() { return .finished(outcome) }
         queue.launch(self)
         return try await waitSuspending(cancellingOnTaskCancellation: true)
     }
 
     /// Suspends until the operation has finished. Cancelling the awaiting task ends the wait at once
-    /// with ``Outcome/cancelled``, whether or not anyone ever runs the operation, and releases its
+    /// (``AwaitEnd/taskCancelled``), whether or not anyone ever runs the operation, and releases its
     /// registration; it cancels the operation too when the caller runs it (`run`), not when someone
     /// else does (`value`).
-    func waitSuspending(cancellingOnTaskCancellation cancels: Bool) async throws(BatonError) -> Outcome<(any Sendable)?> {
+    func waitSuspending(
+        cancellingOnTaskCancellation cancels: Bool
+    ) async throws(BatonError) -> AwaitEnd<Outcome<(any Sendable)?>> {
         if !cancels, let reason = deadlockReason(runningOn: nil, blocking: false) {
             throw .wouldDeadlock(operation: reference, reason: reason)
         }
-        let waiter = OutcomeWaiter<Outcome<(any Sendable)?>?>()
-        let outcome = await withTaskCancellationHandler {
+        let waiter = OutcomeWaiter<AwaitEnd<Outcome<(any Sendable)?>>?>()
+        let end = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 waiter.install(continuation)
-                switch registerWait({ [weak self] in waiter.resume(with: self?.storedOutcome ?? .cancelled) }) {
+                switch registerWait({ [weak self] in waiter.resume(with: .finished(self?.storedOutcome ?? .cancelled)) }) {
                 case .finished(let outcome):
-                    waiter.resume(with: outcome)
+                    waiter.resume(with: .finished(outcome))
                 case .refused:
                     waiter.resume(with: nil)
                 case .waiting(let token):
@@ -166,13 +168,35 @@ extension AsyncOperation {
                 }
             }
         } onCancel: {
-            // The operation first, so that the awaiting task resumes with it already cancelled.
-            if cancels { self.cancel() }
-            waiter.resume(with: .cancelled)
+            // The wait is decided first (a finish the cancellation causes does not overtake it), and
+            // the task resumes once the operation is cancelled.
+            waiter.resume(with: .taskCancelled) { if cancels { self.cancel() } }
             if let token = waiter.attachedToken { self.endWait(token) }
         }
-        guard let outcome else { throw .wouldDeadlock(operation: reference, reason: Self.selfWaitReason) }
-        return outcome
+        guard let end else { throw .wouldDeadlock(operation: reference, reason: Self.selfWaitReason) }
+        return end
+    }
+}
+
+/// How an `async` wait ended: the work finished, or the awaiting task was cancelled first.
+enum AwaitEnd<Finished: Sendable>: Sendable {
+    case finished(Finished)
+    case taskCancelled
+
+    /// What `run` and `value` report: a cancelled task reads as a cancelled outcome.
+    func orCancelled<Output>() -> Finished where Finished == Outcome<Output> {
+        switch self {
+        case .finished(let outcome): return outcome
+        case .taskCancelled: return .cancelled
+        }
+    }
+
+    /// What `runForOutcome` reports: the outcome, or `CancellationError` for the wait itself.
+    func orThrow() throws -> Finished {
+        switch self {
+        case .finished(let outcome): return outcome
+        case .taskCancelled: throw CancellationError()
+        }
     }
 }
 
@@ -274,6 +298,12 @@ final class OutcomeWaiter<Value: Sendable>: Sendable {
     }
 
     func resume(with value: Value) {
+        resume(with: value, after: {})
+    }
+
+    /// Decides the wait with `value` (unless it is over), runs `body`, and only then resumes the
+    /// awaiting task: what `body` does (cancelling the work) is done when the task goes on.
+    func resume(with value: Value, after body: () -> Void) {
         let continuation: CheckedContinuation<Value, Never>? = state.withLock { state in
             switch state.phase {
             case .idle:
@@ -286,6 +316,7 @@ final class OutcomeWaiter<Value: Sendable>: Sendable {
                 return nil
             }
         }
+        body()
         continuation?.resume(returning: value)
     }
 

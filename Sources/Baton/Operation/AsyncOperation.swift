@@ -358,8 +358,11 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     /// ```
     ///
     /// When it runs out while the operation is still executing, Baton reports
-    /// ``Diagnostic/Kind/timedOut`` and cancels the operation, which then finishes cancelled (through
-    /// ``didCancel()``, as any cancellation). Set it before the operation starts: a value set later
+    /// ``Diagnostic/Kind/timedOut`` and cancels the operation: ``isCancelled`` becomes `true` and
+    /// ``didCancel()`` is called, as for any cancellation, so the work stops the same way. However it
+    /// then finishes, it fails with ``BatonError/timedOut(operation:after:)`` (a timeout is not a
+    /// user's cancellation: dependents, chains and retries see a failure), and ``isCancelled`` reads
+    /// `false` once it has finished. Set it before the operation starts: a value set later
     /// is ignored and reported (``Diagnostic/Kind/settingAfterStart``). `.zero` cancels the operation
     /// as soon as it executes; a negative duration fails the operation at start with
     /// ``BatonError/invalidArgument(operation:reason:)``, without executing.
@@ -383,7 +386,10 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     private func arm(_ token: UInt64, after duration: Duration) {
         DispatchQueue.global().asyncAfter(deadline: duration.deadlineFromNow) { [weak self] in
             guard let self else { return }
-            let (action, telling) = self.apply({ $0.timerFired(token: token) }) { $0 == .timedOut(.finish) }
+            let expiry = Outcome<(any Sendable)?>.failed(BatonError.timedOut(operation: self.reference, after: duration))
+            let (action, telling) = self.apply({ $0.timerFired(token: token, expiry: expiry) }) {
+                $0 == .timedOut(.finish)
+            }
             guard case .timedOut(let cancellation) = action else { return }
             Diagnostics.report(.timedOut, self)
             self.perform(cancellation, telling)

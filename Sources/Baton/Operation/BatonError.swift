@@ -29,7 +29,8 @@ public enum BatonError: Error, Sendable {
     /// Chaining these operations would close a dependency cycle; the path lists it in order.
     case dependencyCycle(path: [OperationReference])
     /// A blocking wait ran out of time before `operation` finished (for a chain: its first operation
-    /// that had not finished).
+    /// that had not finished), or the operation's own ``AsyncOperation/timeout`` ran out while it
+    /// executed (it then fails with this error).
     case timedOut(operation: OperationReference, after: Duration)
     /// Children of a group failed; the errors are in the order the children finished.
     case childrenFailed(group: OperationReference, errors: [any Error])
@@ -98,7 +99,7 @@ extension BatonError: CustomStringConvertible {
         case .dependencyCycle(let path):
             return "chaining would create a dependency cycle: \(path.map(\.name).joined(separator: " -> "))"
         case .timedOut(let operation, let duration):
-            return "timed out after \(duration) waiting for \(operation)"
+            return "\(operation) timed out after \(duration)"
         case .childrenFailed(let group, let errors):
             return "\(errors.count) child operation(s) of \(group) failed: \(errors.map { "\($0)" }.joined(separator: "; "))"
         case .treeNodeFailed(let path, _, let underlying):

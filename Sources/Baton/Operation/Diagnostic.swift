@@ -28,7 +28,8 @@ public struct Diagnostic: Sendable, CustomStringConvertible {
         case inputAfterStart
         /// `execute()` was not overridden.
         case executeNotOverridden
-        /// The operation was still executing when its ``AsyncOperation/timeout`` ran out; it was cancelled.
+        /// The operation was still executing when its ``AsyncOperation/timeout`` ran out; it was
+        /// cancelled, and fails with ``BatonError/timedOut(operation:after:)``.
         case timedOut
         /// ``AsyncOperation/timeout`` or ``AsyncOperation/dependencyPolicy`` was set after the
         /// operation started; it was ignored.
@@ -66,7 +67,7 @@ public struct Diagnostic: Sendable, CustomStringConvertible {
         case .startedWhileInQueue: what = "start() called by hand while it waits in an OperationQueue; ignored"
         case .inputAfterStart: what = "input set after start; ignored"
         case .executeNotOverridden: what = "execute() not overridden; failing"
-        case .timedOut: what = "still executing when its timeout ran out; cancelled"
+        case .timedOut: what = "still executing when its timeout ran out; cancelled, it fails with timedOut"
         case .settingAfterStart: what = "timeout or dependency policy set after start; ignored"
         case .internalInconsistency: what = "impossible lifecycle event; ignored (a Baton bug, please report it)"
         }

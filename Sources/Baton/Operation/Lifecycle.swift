@@ -103,6 +103,9 @@ struct Lifecycle<Result: LifecycleOutcome> {
     private(set) var cancelRequested = false
     /// The token of the armed timeout, if any.
     private(set) var timer: UInt64?
+    /// The outcome the timeout decided on when it ran out (a failure): the cancellation it caused ends
+    /// the operation with it instead of `cancelled`.
+    private(set) var expiry: Result?
     /// The waits registered and not yet resumed or released.
     private(set) var waits = Tokens()
     private var nextToken: UInt64 = 0
@@ -149,12 +152,20 @@ struct Lifecycle<Result: LifecycleOutcome> {
     }
 
     /// Decides the outcome: the timer is disarmed, a cancelled outcome makes the operation cancelled.
+    /// After the timeout ran out, the cancellation it caused is decided as its expiry (a failure), and
+    /// the operation no longer reads as cancelled.
     private mutating func decide(_ result: Result, wasExecuting: Bool) {
         phase = .finishing(wasExecuting: wasExecuting)
-        decided = result
         early = nil
         timer = nil
-        if result.isCancelled { cancelRequested = true }
+        if result.isCancelled, let expiry {
+            decided = expiry
+            cancelRequested = false
+        } else {
+            decided = result
+            if result.isCancelled { cancelRequested = true }
+        }
+        expiry = nil
     }
 
     // MARK: - Start
@@ -325,8 +336,9 @@ struct Lifecycle<Result: LifecycleOutcome> {
             early = result
             return .remembered
         case .executing:
+            let dropped = cancelRequested && carriesResult
             decide(cancelRequested ? .cancelled : result, wasExecuting: true)
-            return .finish(droppedResult: cancelRequested && carriesResult)
+            return .finish(droppedResult: dropped)
         case .finishing, .finished:
             return .report(.finishedTwice)
         }
@@ -338,10 +350,12 @@ struct Lifecycle<Result: LifecycleOutcome> {
         case timedOut(CancelAction)
     }
 
-    /// The timer of `token` fired. The check and the cancellation are one step.
-    mutating func timerFired(token: UInt64) -> TimerAction {
+    /// The timer of `token` fired: the operation is cancelled, and will end with `expiry` (a failure)
+    /// however it winds down. The check and the cancellation are one step.
+    mutating func timerFired(token: UInt64, expiry: Result) -> TimerAction {
         guard timer == token, case .executing = phase, !cancelRequested else { return .none }
         timer = nil
+        self.expiry = expiry
         return .timedOut(cancel())
     }
 

@@ -9,10 +9,10 @@ import Foundation
 /// `value` return `Void` or `Output` the same way. (A subclass cannot redeclare a property with
 /// another type; a class's own member does take precedence over a protocol extension's.)
 ///
-/// | | you run it | someone else runs it |
-/// | --- | --- | --- |
-/// | blocking, with a deadline | ``run(on:timeout:)`` | ``wait(timeout:)`` |
-/// | `async`, ended by task cancellation | ``run(on:)`` | ``value`` |
+/// | | you run it | someone else runs it | you run it and read the `Outcome` |
+/// | --- | --- | --- | --- |
+/// | blocking, with a deadline | ``run(on:timeout:)`` | ``wait(timeout:)`` | ``runForOutcome(on:timeout:)`` |
+/// | `async`, ended by task cancellation | ``run(on:)`` | ``value`` | ``runForOutcome(on:)`` |
 ///
 /// ```swift
 /// final class Pause: AsyncOperation, @unchecked Sendable {
@@ -77,7 +77,50 @@ extension OutcomeReporting where Self: AsyncOperation {
     /// - Throws: `CancellationError` if the operation (or the task) was cancelled, its error if it
     ///   failed, or the ``BatonError`` that says why it could not be run.
     public func run(on queue: OperationQueue = OperationQueue()) async throws {
-        try await runSuspending(on: queue).map { _ in () }.get()
+        try await runSuspending(on: queue).orCancelled().map { _ in () }.get()
+    }
+
+    /// Runs the operation on `queue`, blocks until it has finished, and returns how it ended: the
+    /// operation's own failure and cancellation are outcomes, not errors.
+    ///
+    /// ```swift
+    /// switch try Pause().runForOutcome(timeout: .seconds(5)) {
+    /// case .succeeded: print("done")
+    /// case .failed(let error): print("failed: \(error)")
+    /// case .cancelled: print("cancelled")
+    /// }
+    /// ```
+    ///
+    /// It runs as ``run(on:timeout:)`` does (claimed first, cancelled when `timeout` runs out), and
+    /// throws only when the wait itself fails, never for the operation's result.
+    ///
+    /// - Parameters:
+    ///   - queue: The queue that runs the operation. Default: a new queue of its own.
+    ///   - timeout: The longest wait; the operation is cancelled when it runs out.
+    /// - Returns: The operation's outcome.
+    /// - Throws: ``BatonError/timedOut(operation:after:)`` when time runs out,
+    ///   ``BatonError/wouldDeadlock(operation:reason:)``, ``BatonError/invalidArgument(operation:reason:)``
+    ///   for a negative `timeout`, ``BatonError/alreadyEnqueued(operation:)`` or
+    ///   ``BatonError/alreadyExecuting(operation:)``.
+    @available(*, noasync, message: "use 'try await runForOutcome(on:)' in async code")
+    @discardableResult
+    public func runForOutcome(on queue: OperationQueue = OperationQueue(), timeout: Duration) throws(BatonError) -> Outcome<Void>
+    {
+        try runBlocking(on: queue, timeout: timeout).map { _ in () }
+    }
+
+    /// Runs the operation on `queue`, suspends until it has finished, and returns how it ended.
+    ///
+    /// It runs as ``run(on:)`` does. Cancelling the awaiting task cancels the operation and ends the
+    /// wait with `CancellationError`: the wait was cancelled, so it has no outcome to return.
+    ///
+    /// - Parameter queue: The queue that runs the operation. Default: a new queue of its own.
+    /// - Returns: The operation's outcome.
+    /// - Throws: `CancellationError` when the awaiting task was cancelled, or the ``BatonError`` that
+    ///   says why the operation could not be run.
+    @discardableResult
+    public func runForOutcome(on queue: OperationQueue = OperationQueue()) async throws -> Outcome<Void> {
+        try await runSuspending(on: queue).orThrow().map { _ in () }
     }
 
     /// Blocks the calling thread until the operation, run by someone else, has finished.
@@ -102,7 +145,7 @@ extension OutcomeReporting where Self: AsyncOperation {
     ///   error.
     public var value: Void {
         get async throws {
-            try await waitSuspending(cancellingOnTaskCancellation: false).map { _ in () }.get()
+            try await waitSuspending(cancellingOnTaskCancellation: false).orCancelled().map { _ in () }.get()
         }
     }
 }
@@ -138,7 +181,40 @@ extension ResultOperation {
     /// - Throws: As ``OutcomeReporting/run(on:)``.
     @discardableResult
     public final func run(on queue: OperationQueue = OperationQueue()) async throws -> Output {
-        try typed(await runSuspending(on: queue)).get()
+        try typed(await runSuspending(on: queue).orCancelled()).get()
+    }
+
+    /// Runs the operation on `queue`, blocks until it has finished, and returns how it ended.
+    ///
+    /// ```swift
+    /// if case .succeeded(let words) = try Count("one two").runForOutcome(timeout: .seconds(5)) {
+    ///     print(words)
+    /// }
+    /// ```
+    ///
+    /// The same as ``OutcomeReporting/runForOutcome(on:timeout:)``, with the output in the outcome.
+    ///
+    /// - Parameters:
+    ///   - queue: The queue that runs the operation. Default: a new queue of its own.
+    ///   - timeout: The longest wait; the operation is cancelled when it runs out.
+    /// - Returns: The operation's outcome.
+    /// - Throws: As ``OutcomeReporting/runForOutcome(on:timeout:)``: only for the wait itself.
+    @available(*, noasync, message: "use 'try await runForOutcome(on:)' in async code")
+    @discardableResult
+    public final func runForOutcome(
+        on queue: OperationQueue = OperationQueue(), timeout: Duration
+    ) throws(BatonError) -> Outcome<Output> {
+        typed(try runBlocking(on: queue, timeout: timeout))
+    }
+
+    /// Runs the operation on `queue`, suspends until it has finished, and returns how it ended.
+    ///
+    /// - Parameter queue: The queue that runs the operation. Default: a new queue of its own.
+    /// - Returns: The operation's outcome.
+    /// - Throws: As ``OutcomeReporting/runForOutcome(on:)``: only for the wait itself.
+    @discardableResult
+    public final func runForOutcome(on queue: OperationQueue = OperationQueue()) async throws -> Outcome<Output> {
+        typed(try await runSuspending(on: queue).orThrow())
     }
 
     /// Blocks until the operation, run by someone else, has finished, and returns its output.
@@ -160,7 +236,7 @@ extension ResultOperation {
     /// - Throws: `CancellationError` if the operation (or the task) was cancelled, or its error.
     public final var value: Output {
         get async throws {
-            try typed(await waitSuspending(cancellingOnTaskCancellation: false)).get()
+            try typed(await waitSuspending(cancellingOnTaskCancellation: false).orCancelled()).get()
         }
     }
 }

@@ -1,17 +1,16 @@
 import Baton
 import Foundation
 
-// Most tests check an operation's outcome, not what a wait throws: these run or wait through the
-// public API (`run`, `wait`, `value`) and return the outcome once the operation has finished. A wait
-// that fails before the operation finishes (timed out, refused) rethrows. WaitingTests checks the
-// public waits themselves.
+// Most tests check an operation's outcome, not what a wait throws: these run through the public
+// `runForOutcome`, or wait through the public API (`wait`, `value`) and return the outcome once the
+// operation has finished. A wait that fails before the operation finishes (timed out, refused)
+// rethrows. WaitingTests and OutcomeWaitTests check the public waits themselves.
 
 extension OutcomeReporting where Self: AsyncOperation {
-    /// `run(on:timeout:)`, then the outcome.
+    /// `runForOutcome(on:timeout:)` with the tests' timeout.
     @discardableResult
     func runToOutcome(on queue: OperationQueue = OperationQueue(), timeout: Double = testTimeout) throws -> Outcome<Void> {
-        do { try run(on: queue, timeout: .seconds(timeout)) } catch { guard outcome != nil else { throw error } }
-        return outcome!
+        try runForOutcome(on: queue, timeout: .seconds(timeout))
     }
 
     /// `wait(timeout:)`, then the outcome.
@@ -29,11 +28,10 @@ extension OutcomeReporting where Self: AsyncOperation {
 }
 
 extension ResultOperation {
-    /// `run(on:timeout:)`, then the outcome.
+    /// `runForOutcome(on:timeout:)` with the tests' timeout.
     @discardableResult
     func runToOutcome(on queue: OperationQueue = OperationQueue(), timeout: Double = testTimeout) throws -> Outcome<Output> {
-        do { try run(on: queue, timeout: .seconds(timeout)) } catch { guard outcome != nil else { throw error } }
-        return outcome!
+        try runForOutcome(on: queue, timeout: .seconds(timeout))
     }
 
     /// `wait(timeout:)`, then the outcome.
