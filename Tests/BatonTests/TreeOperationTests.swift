@@ -142,7 +142,8 @@ final class TreeOperationTests: BatonTestCase {
         tree.cancel()
         done.wait()
         XCTAssertTrue(tree.outcome?.isCancelled == true)
-        XCTAssertEqual(attempts.value, 4)
+        // Items are made lazily (issue #22): those not made when the tree was cancelled never are.
+        XCTAssertTrue((1...4).contains(attempts.value), "\(attempts.value) operations made")
     }
 
     func testRetriesPerNode() {

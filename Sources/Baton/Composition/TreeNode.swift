@@ -26,10 +26,11 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: @unchecked Senda
     /// A node's state and behaviour. Cores refer to each other weakly; their component owns them.
     final class Core: @unchecked Sendable {
         let name: String
-        let expand: @Sendable (Input) async throws -> [@Sendable () -> ResultOperation<Output>]
+        /// Maps an input to the node's items, each a way to make its operation, produced lazily.
+        let expand: @Sendable (Input) async throws -> TreeItems
         let configuration = Mutex(Configuration())
 
-        init(name: String, expand: @escaping @Sendable (Input) async throws -> [@Sendable () -> ResultOperation<Output>]) {
+        init(name: String, expand: @escaping @Sendable (Input) async throws -> TreeItems) {
             self.name = name
             self.expand = expand
         }
@@ -41,20 +42,30 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: @unchecked Senda
         var subtreeObservers: [@Sendable (Outcome<Output>) -> Void] = []
         var maximumAttempts = 1
         var delay = RetryDelay.immediate
+        var window = TreeNode.defaultWindow
     }
 
+    /// The default ``window``: enough operations in flight to keep any machine's cores busy, few
+    /// enough that a listing of a million items costs the memory of 256 operations at a time.
+    public static var defaultWindow: Int { 256 }
+
     /// Creates a node that maps its input to items synchronously.
+    ///
+    /// The items may be any sequence, and are produced lazily: the node takes the next item only when
+    /// one of its operations in flight has finished (at most ``window`` at once), so a lazy sequence
+    /// (`(0..<1_000_000).lazy.map { … }`, a directory stream) is never held whole. The sequence is
+    /// never iterated from two threads at once, but may be iterated from any thread.
     ///
     /// - Parameters:
     ///   - name: The node's name, for failure paths.
     ///   - items: Maps the parent's output to this node's items; an error it throws fails the node.
     ///   - operation: Makes the operation for one item (called again for each retry attempt).
-    public convenience init<Item: Sendable>(
+    public convenience init<Items: Sequence & SendableMetatype>(
         _ name: String,
-        items: @escaping @Sendable (Input) throws -> [Item],
-        operation: @escaping @Sendable (Item) -> ResultOperation<Output>
-    ) {
-        self.init(name: name) { input in try items(input).map { item in { operation(item) } } }
+        items: @escaping @Sendable (Input) throws -> Items,
+        operation: @escaping @Sendable (Items.Element) -> ResultOperation<Output>
+    ) where Items.Element: Sendable {
+        self.init(name: name) { input in TreeItems(try items(input)) { item in operation(item) } }
     }
 
     /// Creates a node that maps its input to items asynchronously (for example with a network call).
@@ -68,10 +79,10 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: @unchecked Senda
         asyncItems: @escaping @Sendable (Input) async throws -> [Item],
         operation: @escaping @Sendable (Item) -> ResultOperation<Output>
     ) {
-        self.init(name: name) { input in try await asyncItems(input).map { item in { operation(item) } } }
+        self.init(name: name) { input in TreeItems(try await asyncItems(input)) { item in operation(item) } }
     }
 
-    private init(name: String, expand: @escaping @Sendable (Input) async throws -> [@Sendable () -> ResultOperation<Output>]) {
+    init(name: String, expand: @escaping @Sendable (Input) async throws -> TreeItems) {
         self.name = name
         core = Core(name: name, expand: expand)
         component = TreeNodeComponent(owning: core)
@@ -83,7 +94,17 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: @unchecked Senda
     ///   - name: The node's name, for failure paths.
     ///   - operation: Makes the operation for the input (called again for each retry attempt).
     public convenience init(_ name: String, operation: @escaping @Sendable (Input) -> ResultOperation<Output>) {
-        self.init(name, items: { [$0] }, operation: operation)
+        self.init(name, items: { CollectionOfOne($0) }, operation: operation)
+    }
+
+    /// The most operations of this node in flight at once in one tree run (launched and not
+    /// finished), whatever its fan-out: a node whose items are a million files keeps this many
+    /// operations, not a million. Default: ``defaultWindow`` (256). Further items are made as earlier
+    /// ones finish. A window below 1 fails the tree at start with
+    /// ``BatonError/invalidArgument(operation:reason:)`` naming the node. Set it before the tree starts.
+    public var window: Int {
+        get { core.configuration.withLock { $0.window } }
+        set { core.configuration.withLock { $0.window = newValue } }
     }
 
     /// Adds a child node, which receives every output of this node's operations.
@@ -133,39 +154,84 @@ public final class TreeNode<Input: Sendable, Output: Sendable>: @unchecked Senda
 }
 
 extension TreeNode.Core {
-    /// Expands `input` into operations and launches them; `scope` is the subtree they belong to.
+    /// Expands `input` into items and launches their operations as the node's window allows; `scope`
+    /// is the subtree they belong to.
     func run(_ input: Input, path: [String], scope: TreeRun.Scope, in run: TreeRun) {
         run.retain(scope)
         let configuration = configuration.withLock { $0 }
         let expand = self.expand
         let name = self.name
+        let node = ObjectIdentifier(self)
         run.expand {
-            defer { run.release(scope) }
-            guard !run.isCancelled else { return }
-            let makers: [@Sendable () -> ResultOperation<Output>]
+            guard !run.isCancelled else { return run.release(scope) }
+            let items: TreeItems
             do {
-                makers = try await expand(input)
+                items = try await expand(input)
             } catch {
                 // A mapping cancelled with the tree is not a failure of its own.
                 if !run.isCancelled { run.record(path: path + [name], error: error) }
-                return
+                return run.release(scope)
             }
-            for (index, make) in makers.enumerated() {
+            let subtreeFinished =
+                configuration.subtreeObservers.isEmpty
+                ? nil : TreeNode.notifying(configuration.subtreeObservers)
+            let cursor = TreeRun.Cursor(node: node, window: configuration.window, items: items) { index, make, done in
                 let itemPath = path + ["\(name)[\(index)]"]
-                let operation: ResultOperation<Output> =
+                let operation: Operation =
                     configuration.maximumAttempts == 1
                     ? make()
-                    : RetryOperation(maximumAttempts: configuration.maximumAttempts, delay: configuration.delay) { _ in make() }
-                let subtreeObservers = configuration.subtreeObservers
+                    : RetryOperation<Output>(
+                        maximumAttempts: configuration.maximumAttempts, delay: configuration.delay,
+                        shouldRetry: { _, _ in true }, keepsFinishedChildren: false, attempts: { _ in make() })
                 run.launch(
-                    operation, path: itemPath, parent: scope,
+                    operation, as: Output.self, path: itemPath, parent: scope,
                     finished: { outcome, operationScope in
                         for observer in configuration.finishObservers { observer(outcome) }
                         guard case .succeeded(let output) = outcome else { return }
                         for child in configuration.children { child.run(output, itemPath, operationScope, run) }
-                    }, subtreeFinished: subtreeObservers.isEmpty ? nil : TreeNode.notifying(subtreeObservers))
+                    }, subtreeFinished: subtreeFinished, done: done)
+            } ended: {
+                run.release(scope)
+            }
+            run.drive(cursor)
+        }
+    }
+
+    /// The first node of the graph below (and including) this one whose configuration is invalid,
+    /// with the reason; each node is visited once.
+    func problem(visited: inout Set<ObjectIdentifier>) -> String? {
+        guard visited.insert(ObjectIdentifier(self)).inserted else { return nil }
+        let (window, children) = configuration.withLock { ($0.window, $0.children) }
+        if window < 1 { return "the window of tree node \"\(name)\" must be at least 1, got \(window)" }
+        for child in children {
+            if let problem = child.problem(&visited) { return problem }
+        }
+        return nil
+    }
+}
+
+/// The items of one expansion of a node, each a way to make its operation, taken one at a time.
+///
+/// A sequence's iterator need not be thread-safe: a cursor is driven by one thread at a time (it is
+/// handed over through the tree run's lock), so the iterator is never used from two at once.
+struct TreeItems: @unchecked Sendable {
+    private let makeIterator: () -> () -> (@Sendable () -> Operation)?
+
+    init<Items: Sequence & SendableMetatype>(_ items: Items, operation: @escaping @Sendable (Items.Element) -> Operation)
+    where Items.Element: Sendable {
+        let items = UncheckedSendable(value: items)
+        makeIterator = {
+            var iterator = items.value.makeIterator()
+            return {
+                guard let item = iterator.next() else { return nil }
+                return { operation(item) }
             }
         }
+    }
+
+    /// A fresh iterator over the items.
+    func iterator() -> () -> (@Sendable () -> Operation)? {
+        makeIterator()
     }
 }
 
@@ -180,9 +246,12 @@ extension TreeNode {
 /// refers to the node's core weakly: the core's component owns it.
 struct AnyTreeNode<Input: Sendable>: Sendable {
     let run: @Sendable (Input, [String], TreeRun.Scope, TreeRun) -> Void
+    /// The first invalid configuration in the graph from this node (see `Core.problem`).
+    let problem: @Sendable (inout Set<ObjectIdentifier>) -> String?
 
     init<Output>(_ core: TreeNode<Input, Output>.Core) {
         let name = core.name
+        problem = { [weak core] visited in core?.problem(visited: &visited) }
         run = { [weak core] input, path, scope, treeRun in
             // Cannot happen while a tree runs (it holds its root's component); a failure, never a crash.
             guard let core else {
@@ -229,5 +298,65 @@ final class TreeNodeComponent: @unchecked Sendable {
             smaller.cores = []
             smaller.mergedInto = larger
         }
+    }
+}
+
+extension TreeNode where Output == Void {
+    /// Creates a node whose operations may be any operation (a plain `AsyncOperation`, a
+    /// `BlockOperation`); each child node receives `()` when an operation succeeds.
+    ///
+    /// ```swift
+    /// let touch = TreeNode<[String], Void>("touch", items: { $0 }) { path in
+    ///     BlockOperation { print("touched", path) }
+    /// }
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - name: The node's name, for failure paths.
+    ///   - items: Maps the parent's output to this node's items, produced lazily (see
+    ///     ``init(_:items:operation:)-(_,_,(Items.Element)->ResultOperation<Output>)``).
+    ///   - operation: Makes the operation for one item (called again for each retry attempt).
+    public convenience init<Items: Sequence & SendableMetatype>(
+        _ name: String,
+        items: @escaping @Sendable (Input) throws -> Items,
+        operation: @escaping @Sendable (Items.Element) -> Operation
+    ) where Items.Element: Sendable {
+        self.init(name: name) { input in TreeItems(try items(input), operation: operation) }
+    }
+
+    /// Creates a node with one operation, of any kind, for its input; children receive `()`.
+    ///
+    /// - Parameters:
+    ///   - name: The node's name, for failure paths.
+    ///   - operation: Makes the operation for the input (called again for each retry attempt).
+    public convenience init(_ name: String, operation: @escaping @Sendable (Input) -> Operation) {
+        self.init(name, items: { CollectionOfOne($0) }, operation: operation)
+    }
+}
+
+extension TreeNode where Output == any Sendable {
+    /// Creates a node whose operations may be any operation; each child node receives the
+    /// operation's output, or `()` when it has none.
+    ///
+    /// - Parameters:
+    ///   - name: The node's name, for failure paths.
+    ///   - items: Maps the parent's output to this node's items, produced lazily.
+    ///   - operation: Makes the operation for one item (called again for each retry attempt).
+    public convenience init<Items: Sequence & SendableMetatype>(
+        _ name: String,
+        items: @escaping @Sendable (Input) throws -> Items,
+        operation: @escaping @Sendable (Items.Element) -> Operation
+    ) where Items.Element: Sendable {
+        self.init(name: name) { input in TreeItems(try items(input), operation: operation) }
+    }
+
+    /// Creates a node with one operation, of any kind, for its input; children receive its output
+    /// (or `()`).
+    ///
+    /// - Parameters:
+    ///   - name: The node's name, for failure paths.
+    ///   - operation: Makes the operation for the input (called again for each retry attempt).
+    public convenience init(_ name: String, operation: @escaping @Sendable (Input) -> Operation) {
+        self.init(name, items: { CollectionOfOne($0) }, operation: operation)
     }
 }

@@ -17,6 +17,9 @@ import Foundation
 /// - Cancelling the tree cancels every operation in flight and every item mapping that is running
 ///   (its task is cancelled), and skips what is not launched yet.
 /// - ``progress`` counts the tree's operations (its total grows as the tree unfolds).
+/// - Memory is bounded by the nodes' windows, not by their fan-out: each node has at most
+///   ``TreeNode/window`` operations in flight and makes the next as one finishes, taking its items
+///   lazily from the sequence its mapping returned.
 public final class TreeOperation<Input: Sendable>: AsyncOperation, ProgressReporting, @unchecked Sendable {
     private let root: AnyTreeNode<Input>
     private let input: Input
@@ -69,7 +72,10 @@ public final class TreeOperation<Input: Sendable>: AsyncOperation, ProgressRepor
 
     override func preflightFailure(_ state: State) -> (any Error)? {
         if let failure = super.preflightFailure(state) { return failure }
-        return concurrencyProblem.map { BatonError.invalidArgument(operation: reference, reason: $0) }
+        var visited = Set<ObjectIdentifier>()
+        return (concurrencyProblem ?? root.problem(&visited)).map {
+            BatonError.invalidArgument(operation: reference, reason: $0)
+        }
     }
 
     private func treeFinished() {

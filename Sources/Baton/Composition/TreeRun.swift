@@ -31,6 +31,71 @@ final class TreeRun: @unchecked Sendable {
         var recording: Recording?
         var recordedLaunches = 0
         var scopeRecords: [Scope: Int] = [:]
+        /// Each node's operations in flight, and the cursors waiting for one of them to finish.
+        var windows: [ObjectIdentifier: Window] = [:]
+    }
+
+    /// One node's window in this run.
+    private struct Window {
+        var inFlight = 0
+        /// Cursors with items left, first come first served (`head` is the next one).
+        var parked: [Cursor?] = []
+        var head = 0
+
+        mutating func park(_ cursor: Cursor) {
+            parked.append(cursor)
+        }
+
+        mutating func unpark() -> Cursor? {
+            guard head < parked.count else { return nil }
+            defer {
+                parked[head] = nil
+                head += 1
+                if head == parked.count {
+                    parked.removeAll(keepingCapacity: true)
+                    head = 0
+                }
+            }
+            return parked[head]
+        }
+    }
+
+    /// The items of one expansion of a node still to launch. Driven by one thread at a time: the one
+    /// that made it, or the one that frees a slot of its node's window while it is parked.
+    final class Cursor: @unchecked Sendable {
+        let node: ObjectIdentifier
+        let window: Int
+        private let next: () -> (@Sendable () -> Operation)?
+        private let launch: (Int, @escaping @Sendable () -> Operation, @escaping @Sendable () -> Void) -> Void
+        private let ended: () -> Void
+        private var index = 0
+
+        init(
+            node: ObjectIdentifier, window: Int, items: TreeItems,
+            launch:
+                @escaping (
+                    _ index: Int, _ make: @escaping @Sendable () -> Operation, _ done: @escaping @Sendable () -> Void
+                ) -> Void,
+            ended: @escaping () -> Void
+        ) {
+            self.node = node
+            self.window = window
+            self.next = items.iterator()
+            self.launch = launch
+            self.ended = ended
+        }
+
+        /// The next item's maker, or `nil` when there are no more.
+        func take() -> (@Sendable () -> Operation)? { next() }
+
+        /// Launches an item; `done` runs once its operation has finished (or could not be launched).
+        func launch(_ make: @escaping @Sendable () -> Operation, done: @escaping @Sendable () -> Void) {
+            defer { index += 1 }
+            launch(index, make, done)
+        }
+
+        /// The cursor is spent (or dropped with the tree's cancellation): its scope is released.
+        func end() { ended() }
     }
 
     let queue: OperationQueue
@@ -69,6 +134,45 @@ final class TreeRun: @unchecked Sendable {
             return state.isCancelled
         }
         if cancelNow { task.cancel() }
+    }
+
+    /// Launches the cursor's items while its node's window has room; with none, parks it until an
+    /// operation of the node finishes. A cancelled tree drops the cursor.
+    func drive(_ cursor: Cursor) {
+        enum Slot { case taken, parked, cancelled }
+        while true {
+            let slot = state.withLock { state -> Slot in
+                if state.isCancelled { return .cancelled }
+                if state.windows[cursor.node, default: Window()].inFlight >= cursor.window {
+                    state.windows[cursor.node, default: Window()].park(cursor)
+                    return .parked
+                }
+                state.windows[cursor.node, default: Window()].inFlight += 1
+                return .taken
+            }
+            switch slot {
+            case .parked: return
+            case .cancelled: return cursor.end()
+            case .taken: break
+            }
+            guard let make = cursor.take() else {
+                cursor.end()
+                return freeSlot(of: cursor.node)
+            }
+            let node = cursor.node
+            cursor.launch(make) { self.freeSlot(of: node) }
+        }
+    }
+
+    /// An operation of `node` finished (or a cursor gave back the slot it took): the first parked
+    /// cursor of the node goes on, through the trampoline (so that operations finishing as they are
+    /// launched never recurse).
+    private func freeSlot(of node: ObjectIdentifier) {
+        let parked = state.withLock { state -> Cursor? in
+            state.windows[node]?.inFlight -= 1
+            return state.windows[node]?.unpark()
+        }
+        if let parked { Trampoline.run { self.drive(parked) } }
     }
 
     /// Opens a scope that is finished when its own token and everything retained in it are released.
@@ -115,19 +219,23 @@ final class TreeRun: @unchecked Sendable {
         state.withLock { $0.failures.append(failure) }
     }
 
-    /// Runs `operation` in a new scope below `parent`; on success `succeeded` launches the children.
-    /// An operation that is not fresh (a factory that returns one twice, say) is recorded as a failure.
-    func launch<Output>(
-        _ operation: ResultOperation<Output>,
+    /// Runs `operation` in a new scope below `parent`, reading its outcome as `Output`; `finished`
+    /// launches the children. An operation that is not fresh (a factory that returns one twice, say) is
+    /// recorded as a failure. `done` runs once, when the operation has finished or was refused.
+    func launch<Output: Sendable>(
+        _ operation: Operation,
+        as _: Output.Type,
         path: [String],
         parent: Scope,
         finished: @escaping @Sendable (Outcome<Output>, Scope) -> Void,
-        subtreeFinished: (@Sendable (Outcome<Output>) -> Void)?
+        subtreeFinished: (@Sendable (Outcome<Output>) -> Void)?,
+        done: @escaping @Sendable () -> Void
     ) {
         do {
             try operation.claim()
         } catch {
-            return record(path: path, operation: operation, error: error)
+            record(path: path, operation: operation, error: error)
+            return done()
         }
         // The outcome (and so the output) is kept until the subtree finishes only when someone asked
         // for it there; otherwise it is let go once the node's children have it.
@@ -153,7 +261,7 @@ final class TreeRun: @unchecked Sendable {
                 state.live.removeValue(forKey: ObjectIdentifier(operation))
                 state.progress.completed += 1
             }
-            let outcome = operation.outcome ?? .cancelled
+            let outcome = operation.outcome(as: Output.self)
             if subtreeFinished != nil { box.withLock { $0 = outcome } }
             finished(outcome, scope)
             switch outcome {
@@ -165,8 +273,9 @@ final class TreeRun: @unchecked Sendable {
                 if !isCancelled { record(path: path, operation: operation, error: CancellationError()) }
             }
             release(scope)
+            done()
         }
-        if cancelled { operation.cancel() }
+        if cancelled { operation.cancelHeld() }
         if let (recording, placement) = placement, let id = recording.adopt(operation, placement) {
             state.withLock { state in
                 if state.counters[scope] != nil { state.scopeRecords[scope] = id }
@@ -175,14 +284,20 @@ final class TreeRun: @unchecked Sendable {
         queue.launch(operation)
     }
 
-    /// Cancels every operation in flight and every item mapping running; expansions not yet made are
-    /// skipped.
+    /// Cancels every operation in flight and every item mapping running; expansions not yet made, and
+    /// items not yet launched, are skipped.
     func cancel() {
-        let (live, expansions): ([Operation], [Task<Void, Never>]) = state.withLock { state in
+        let (live, expansions, parked) = state.withLock { state -> ([Operation], [Task<Void, Never>], [Cursor]) in
             state.isCancelled = true
-            return (Array(state.live.values), Array(state.expansions.values))
+            let parked = state.windows.values.flatMap { $0.parked[$0.head...].compactMap { $0 } }
+            for node in Array(state.windows.keys) {
+                state.windows[node]?.parked = []
+                state.windows[node]?.head = 0
+            }
+            return (Array(state.live.values), Array(state.expansions.values), parked)
         }
         for expansion in expansions { expansion.cancel() }
-        for operation in live { operation.cancel() }
+        for operation in live { operation.cancelHeld() }
+        for cursor in parked { cursor.end() }
     }
 }
