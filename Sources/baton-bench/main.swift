@@ -131,13 +131,20 @@ let taskGroup: Workload = { n in
     guard done.wait(timeout: .now() + 600) == .success else { throw BenchmarkFailure(description: "TaskGroup timed out") }
 }
 
-let batonChain: Workload = { n in
+let batonChain = chain(adapter: .default)
+
+/// A chain of `n` steps, each adding one, with `adapter` between neighbours.
+func chain(adapter: ChainAdapter) -> Workload {
+    { n in try runChain(n, adapter: adapter) }
+}
+
+func runChain(_ n: Int, adapter: ChainAdapter) throws {
     let queue = OperationQueue()
     let first = ResultBlockOperation<Int> { $0.finish(with: 0) }
     var operations: [Operation] = [first]
     operations.reserveCapacity(n)
     for _ in 1..<max(n, 2) { operations.append(TransformBlockOperation<Int, Int> { $0.finish(with: $0.input! + 1) }) }
-    let handle = try queue.addChain(operations)
+    let handle = try queue.addChain(operations, adapter: adapter)
     operations = []
     let output = try handle.wait(timeout: .seconds(3_600))
     guard let value = output as? Int, value == max(n, 2) - 1 else {
@@ -289,6 +296,9 @@ let workloads: [String: Workload] = [
     "baton-chain": batonChain,
     "raw-chain-one-call": rawChain(oneByOne: false),
     "raw-chain-one-by-one": rawChain(oneByOne: true),
+    "baton-chain-recovering": chain(adapter: .recovering { _, _, _ in .forward }),
+    "baton-chain-adapter-operations": chain(
+        adapter: .operation { AdapterBlockOperation { _, _, _ in .forward } }),
     "baton-group": batonGroup,
     "baton-sequence": batonSequence,
     "baton-tree": batonTree,
@@ -374,6 +384,10 @@ let comparisons = [
             ("BlockOperation", options.independentLimit), ("raw-chain-one-call", options.rawLimit),
             ("raw-chain-one-by-one", options.rawLimit),
         ]),
+    // The adapter forms: an adapter operation per step against the closure hand-ons.
+    Comparison(
+        workload: "adapters", baton: "baton-chain-adapter-operations",
+        baselines: [("baton-chain", .max), ("baton-chain-recovering", .max)]),
     Comparison(
         workload: "group", baton: "baton-group",
         baselines: [("BlockOperation", options.independentLimit), ("DispatchGroup", .max)]),

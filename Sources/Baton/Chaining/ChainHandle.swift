@@ -49,6 +49,9 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
         var generator: (@Sendable (Operation) -> Operation?)?
         /// The operation enqueued last: running, or finished and being handed on.
         var current: Operation?
+        /// The adapter operation running between two operations (then `current`), and the operation
+        /// it hands on to, which is enqueued once the adapter has finished.
+        var adapting: (adapter: AdapterOperation, downstream: Operation)?
         /// An operation that finished while another thread drives the chain: the driver hands it on.
         var finishedStage: Operation?
         var isDriving = false
@@ -75,6 +78,7 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
         /// The operation enqueued last, if any, and the listed ones not taken yet.
         var unfinished: [Operation] {
             var unfinished = current.map { [$0] } ?? []
+            if let adapting { unfinished.append(adapting.downstream) }
             if nextListed < listed.count { unfinished += listed[nextListed...].compactMap { $0 } }
             return unfinished
         }
@@ -316,6 +320,7 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
     /// Takes (or makes) the operation after `finished`, passes `finished`'s outcome to it and enqueues
     /// it; or, at the end, completes the chain.
     private func handOn(_ finished: Operation) {
+        if let downstream = finishedAdapting(finished) { return adapted(by: finished, to: downstream) }
         let next: Operation
         let succeeded = finished.observedOutcome.isSuccess
         switch state.withLock({ $0.next(afterSuccess: succeeded) }) {
@@ -340,8 +345,51 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
             if cancelled { made.cancelHeld() }
             next = made
         }
+        if let make = adapter.operationFactory { return adapt(from: finished, to: next, with: make()) }
         if let error = Handoff.pass(from: finished, to: next, adapter: adapter) { recordFailure(error) }
         enqueue(next)
+    }
+
+    /// Puts an adapter operation between `upstream` (finished) and `downstream` and enqueues it, in
+    /// `downstream`'s place: the driver hands on when it finishes. An adapter operation that is not
+    /// fresh fails `downstream` with the error that says why.
+    private func adapt(from upstream: Operation, to downstream: Operation, with adapterOperation: AdapterOperation) {
+        do {
+            try adapterOperation.claim()
+        } catch {
+            recordFailure(error)
+            _ = Handoff.apply(.fail(error), to: downstream, after: upstream.observedOutcome)
+            return enqueue(downstream)
+        }
+        adapterOperation.connect(upstream: upstream, downstream: downstream)
+        adapterOperation.qualityOfService = upstream.qualityOfService
+        let cancelled = state.withLock { state -> Bool in
+            state.current = adapterOperation
+            state.adapting = (adapterOperation, downstream)
+            return state.isCancelled
+        }
+        if cancelled { adapterOperation.cancel() }
+        enqueue(adapterOperation)
+    }
+
+    /// The downstream operation of `finished` when it is the running adapter operation (taken out).
+    private func finishedAdapting(_ finished: Operation) -> Operation? {
+        state.withLock { state -> Operation? in
+            guard let adapting = state.adapting, adapting.adapter === finished else { return nil }
+            state.adapting = nil
+            state.current = adapting.downstream
+            return adapting.downstream
+        }
+    }
+
+    /// An adapter operation finished: its decision is carried out and `downstream` is enqueued.
+    private func adapted(by finished: Operation, to downstream: Operation) {
+        guard let adapterOperation = finished as? AdapterOperation else { return enqueue(downstream) }
+        let upstreamOutcome = adapterOperation.upstream?.observedOutcome ?? .cancelled
+        let error = Handoff.apply(adapterOperation.chainDecision, to: downstream, after: upstreamOutcome)
+        adapterOperation.disconnect()
+        if let error { recordFailure(error) }
+        enqueue(downstream)
     }
 
     private func recordFailure(_ error: any Error) {

@@ -8,7 +8,68 @@ enum Handoff {
     /// - Returns: The error that ends the flow here (the upstream's, or the adapter's), if any.
     @discardableResult
     static func pass(from upstream: Operation, to downstream: Operation, adapter: ChainAdapter) -> (any Error)? {
-        switch upstream.observedOutcome {
+        let outcome = upstream.observedOutcome
+        switch adapter.kind {
+        case .forward:
+            return forward(outcome, to: downstream)
+        case .transfer(let transfer):
+            guard outcome.isSuccess else { return forward(outcome, to: downstream) }
+            do {
+                try transfer(upstream, downstream)
+                return nil
+            } catch {
+                fail(downstream, with: error)
+                return error
+            }
+        case .operation:
+            // A chain runs adapter operations itself (`ChainHandle`), and a sequence refuses them at
+            // start: never reached, and forwarding is the safe answer if it were.
+            return forward(outcome, to: downstream)
+        case .deciding(let decide):
+            do {
+                let decision = try decide(upstream, outcome.map { $0 ?? () }, downstream)
+                return apply(decision, to: downstream, after: outcome)
+            } catch {
+                fail(downstream, with: error)
+                return error
+            }
+        }
+    }
+
+    /// Does what an adapter decided.
+    static func apply(
+        _ decision: ChainAdapter.Decision, to downstream: Operation, after outcome: Outcome<(any Sendable)?>
+    ) -> (any Error)? {
+        switch decision {
+        case .forward:
+            return forward(outcome, to: downstream)
+        case .recover(let input):
+            guard let receiver = downstream as? InputAccepting else {
+                let error = BatonError.invalidArgument(
+                    operation: downstream.reference,
+                    reason: "an adapter recovered with \(input), but the operation takes no input")
+                fail(downstream, with: error)
+                return error
+            }
+            if let mismatch = receiver.acceptInput(input) {
+                fail(downstream, with: mismatch)
+                return mismatch
+            }
+            return nil
+        case .run:
+            return nil
+        case .fail(let error):
+            fail(downstream, with: error)
+            return error
+        case .cancel:
+            downstream.cancelHeld()
+            return nil
+        }
+    }
+
+    /// The default hand-on: cancellation, failure, or the output into the input.
+    private static func forward(_ outcome: Outcome<(any Sendable)?>, to downstream: Operation) -> (any Error)? {
+        switch outcome {
         case .cancelled:
             downstream.cancelHeld()
             return nil
@@ -20,17 +81,11 @@ enum Handoff {
             }
             return error
         case .succeeded(let value):
-            do {
-                if let transfer = adapter.transfer {
-                    try transfer(upstream, downstream)
-                } else if let value, let receiver = downstream as? InputAccepting, let mismatch = receiver.acceptInput(value) {
-                    throw mismatch
-                }
-                return nil
-            } catch {
-                fail(downstream, with: error)
-                return error
+            if let value, let receiver = downstream as? InputAccepting, let mismatch = receiver.acceptInput(value) {
+                fail(downstream, with: mismatch)
+                return mismatch
             }
+            return nil
         }
     }
 

@@ -231,7 +231,13 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
     }
 
     override func preflightFailure(_ state: State) -> (any Error)? {
-        super.preflightFailure(state) ?? configurationError
+        if let failure = super.preflightFailure(state) ?? configurationError { return failure }
+        guard adapter.operationFactory == nil else {
+            return BatonError.invalidArgument(
+                operation: reference,
+                reason: "adapter operations run between the operations of a chain, not of a sequence")
+        }
+        return nil
     }
 
     // MARK: - Stepping
@@ -246,10 +252,13 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
     private func advance(after finished: Operation?) {
         if let finished {
             steps.withLock { $0.progress.completed += 1 }
-            switch finished.observedOutcome {
-            case .failed(let error): return stop(.failed(error))
-            case .cancelled: return stop(.cancelled)
-            case .succeeded: break
+            // A recovering adapter is given failures and cancellations too: the sequence goes on to it.
+            if !adapter.seesEveryOutcome {
+                switch finished.observedOutcome {
+                case .failed(let error): return stop(.failed(error))
+                case .cancelled: return stop(.cancelled)
+                case .succeeded: break
+                }
             }
         }
         if isCancelled { return stop(.cancelled) }
@@ -263,7 +272,9 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
         if taken.stopped { return }
         var next = taken.step
         var refusal: BatonError?
-        if next == nil, case .generator(let makeNext) = source, let finished, let made = makeNext(finished) {
+        if next == nil, case .generator(let makeNext) = source, let finished, finished.observedOutcome.isSuccess,
+            let made = makeNext(finished)
+        {
             do {
                 try made.claim()
                 next = made
@@ -321,7 +332,7 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
             if cancelled { return planStop(&steps, .cancelled, alsoRetiring: next).map(StepDecision.stopped) }
             if let refusal { return planStop(&steps, .failed(refusal), alsoRetiring: nil).map(StepDecision.stopped) }
             guard let next else {
-                return planStop(&steps, .succeeded(last: upstream), alsoRetiring: nil).map(StepDecision.stopped)
+                return planStop(&steps, Self.ending(after: upstream), alsoRetiring: nil).map(StepDecision.stopped)
             }
             if steps.isSuspended {
                 steps.due = (next, upstream)
@@ -352,6 +363,15 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
             }
         case .stopped(let plan)?:
             carryOut(plan)
+        }
+    }
+
+    /// How the sequence ends after its last step (which, with a recovering adapter, may have failed).
+    private static func ending(after last: Operation?) -> Ending {
+        switch last?.observedOutcome {
+        case .failed(let error)?: return .failed(error)
+        case .cancelled?: return .cancelled
+        case .succeeded?, nil: return .succeeded(last: last)
         }
     }
 
