@@ -96,9 +96,10 @@ def check_install_manifest():
     products = [item["product"][:2] for target in package["targets"] for item in target["dependencies"]
                 if "product" in item]
     requirement = json.dumps(package["dependencies"])
-    if identities != ["baton"] or products != [["Baton", "baton"]] or '"0.1.0"' not in requirement:
-        fail(f"the README's Package.swift should depend on Baton from 0.1.0: {identities} {products}")
-    print("ok   README.md: the consumer Package.swift parses and depends on product Baton of package baton, from 0.1.0")
+    version = released_version()
+    if identities != ["baton"] or products != [["Baton", "baton"]] or f'"{version}"' not in requirement:
+        fail(f"the README's Package.swift should depend on Baton from {version}: {identities} {products}")
+    print(f"ok   README.md: the consumer Package.swift parses and depends on product Baton of package baton, from {version}")
 
 
 def check_pages(selected):
@@ -247,7 +248,42 @@ def article(name, text):
     return LINK.sub(relink, text) + FOOTER.format(name=name + ".md")
 
 
+def released_version():
+    """The one place the version is written: the newest released section of CHANGELOG.md."""
+    with open(os.path.join(ROOT, "CHANGELOG.md"), encoding="utf-8") as file:
+        found = re.search(r"^## \[(\d+\.\d+\.\d+)\]", file.read(), re.M)
+    if not found:
+        fail("CHANGELOG.md has no released version (a `## [X.Y.Z] - date` heading)")
+    return found.group(1)
+
+
+# Where the README and the landing page name the version: written from CHANGELOG.md by `articles`.
+VERSION_MENTIONS = [re.compile(r"(Baton )\d+\.\d+\.\d+( supports)"), re.compile(r'(from: ")\d+\.\d+\.\d+(")')]
+
+
+def sync_version(check):
+    """Writes (or checks) the released version into the README and the landing page."""
+    version = released_version()
+    for path in (os.path.join(ROOT, "README.md"), os.path.join(CATALOG, "Baton.md")):
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+        wanted = text
+        for mention in VERSION_MENTIONS:
+            if not mention.search(wanted):
+                fail(f"{os.path.relpath(path, ROOT)} does not name the version ({mention.pattern})")
+            wanted = mention.sub(lambda match: match.group(1) + version + match.group(2), wanted)
+        if wanted == text:
+            continue
+        if check:
+            fail(f"{os.path.relpath(path, ROOT)} names another version than CHANGELOG.md's {version}"
+                 " (run `python3 .ci/docs.py articles`)")
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(wanted)
+    print(f"ok   README.md and the landing page name version {version}, CHANGELOG.md's newest release")
+
+
 def articles(check):
+    sync_version(check)
     wanted = {}
     for file_name in sorted(os.listdir(DOCS)):
         if file_name.endswith(".md"):

@@ -5,7 +5,7 @@ import Foundation
 /// operation has: a place in `queue.operations`, the chain's quality of service, cancellation, and a
 /// node of its own in a ``FlightRecorder``'s graph.
 ///
-/// Subclass it and override ``execute()``: read ``upstream``, ``upstreamOutcome`` and ``downstream``,
+/// Subclass it and override ``AsyncOperation/execute()``: read ``upstream``, ``upstreamOutcome`` and ``downstream``,
 /// then finish with a ``ChainAdapter/Decision``. Give a factory to ``ChainAdapter/operation(_:)``:
 /// the chain makes one adapter operation per link.
 ///

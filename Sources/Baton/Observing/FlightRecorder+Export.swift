@@ -205,11 +205,10 @@ struct RecordStructure {
             case .skipped: break
             }
         }
-        var lines = [#"{"name":"process_name","ph":"M","pid":1,"tid":0,"args":{"name":"Baton"}}"#]
+        var trace = [TraceEvent.metadata("process_name", tid: 0, .name("Baton"))]
         func track(_ tid: Int, _ name: String, sortIndex: Int) {
-            lines.append(#"{"name":"thread_name","ph":"M","pid":1,"tid":\#(tid),"args":{"name":\#(json(name))}}"#)
-            lines.append(
-                #"{"name":"thread_sort_index","ph":"M","pid":1,"tid":\#(tid),"args":{"sort_index":\#(sortIndex)}}"#)
+            trace.append(.metadata("thread_name", tid: tid, .name(name)))
+            trace.append(.metadata("thread_sort_index", tid: tid, .sortIndex(sortIndex)))
         }
         for lane in laneEnds.indices { track(Self.laneBase + lane, "composites and chains \(lane + 1)", sortIndex: lane) }
         for (thread, ends) in threadLaneEnds.sorted(by: { $0.key < $1.key }) {
@@ -230,15 +229,17 @@ struct RecordStructure {
             case .lane: tid = Self.laneBase + (lanes[record.id] ?? 0)
             case .skipped: tid = Self.laneBase - 1
             }
-            let common =
-                #""name":\#(json(record.label)),"cat":\#(json(category(record))),"pid":1,"tid":\#(tid),"ts":\#(micros(event.start)),"cname":\#(json(colour(record))),"args":\#(traceArgs(record))"#
-            if let end = event.end {
-                lines.append(#"{"ph":"X","dur":\#(micros(end - event.start)),\#(common)}"#)
-            } else {
-                lines.append(#"{"ph":"i","s":"t",\#(common)}"#)
-            }
+            trace.append(
+                TraceEvent(
+                    name: record.label, ph: event.end == nil ? "i" : "X", pid: 1, tid: tid, ts: micros(event.start),
+                    dur: event.end.map { micros($0 - event.start) }, s: event.end == nil ? "t" : nil,
+                    cat: category(record), cname: colour(record), args: .record(traceArgs(record))))
         }
-        return #"{"displayTimeUnit":"ms","traceEvents":["# + "\n" + lines.joined(separator: ",\n") + "\n]}\n"
+        // Foundation's encoder writes the JSON: it escapes every string, so no name can break the file.
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let data = (try? encoder.encode(TraceFile(traceEvents: trace))) ?? Data("{}".utf8)
+        return String(decoding: data, as: UTF8.self) + "\n"
     }
 
     /// Track ids: a thread's lanes from `1_000 × (thread + 1)` (Perfetto calls the track whose id is
@@ -264,27 +265,20 @@ struct RecordStructure {
         }
     }
 
-    private func traceArgs(_ record: FlightRecord) -> String {
-        var fields = [(String, String)]()
-        fields.append(("id", "\(record.id)"))
-        fields.append(("type", json(record.typeName)))
-        fields.append(("status", json(record.status.description)))
-        if case .failed(let error) = record.status { fields.append(("error", json(error))) }
-        if let parent = record.parentID { fields.append(("parent", "\(parent)")) }
-        if let position = record.position { fields.append(("position", "\(position)")) }
-        if let attempt = record.attempt { fields.append(("attempt", "\(attempt)")) }
-        if let predecessor = record.predecessorID { fields.append(("after", "\(predecessor)")) }
-        if !record.dependencyIDs.isEmpty {
-            fields.append(("dependencies", "[" + record.dependencyIDs.map(String.init).joined(separator: ",") + "]"))
-        }
-        if let enqueued = record.enqueuedAt { fields.append(("enqueued_us", micros(enqueued))) }
-        if let enqueued = record.enqueuedAt, let started = record.startedAt {
-            fields.append(("queued_us", micros(started - enqueued)))
-        }
+    private func traceArgs(_ record: FlightRecord) -> TraceArgs {
+        var args = TraceArgs(id: record.id, type: record.typeName, status: record.status.description)
+        if case .failed(let error) = record.status { args.error = error }
+        args.parent = record.parentID
+        args.position = record.position
+        args.attempt = record.attempt
+        args.after = record.predecessorID
+        if !record.dependencyIDs.isEmpty { args.dependencies = record.dependencyIDs }
+        args.enqueued_us = record.enqueuedAt.map(micros)
+        if let enqueued = record.enqueuedAt, let started = record.startedAt { args.queued_us = micros(started - enqueued) }
         if !record.observesStart {
-            fields.append(("start", json("not observed (a Foundation operation): the span starts when it was enqueued")))
+            args.start = "not observed (a Foundation operation): the span starts when it was enqueued"
         }
-        return "{" + fields.map { "\(json($0.0)):\($0.1)" }.joined(separator: ",") + "}"
+        return args
     }
 
     // MARK: - Graphs
@@ -449,22 +443,6 @@ private func escaping(_ text: String, _ replacement: (Unicode.Scalar) -> String?
     return out
 }
 
-/// A JSON string literal.
-private func json(_ text: String) -> String {
-    let body = escaping(text) { scalar in
-        switch scalar {
-        case "\"": return "\\\""
-        case "\\": return "\\\\"
-        case "\n": return "\\n"
-        case "\r": return "\\r"
-        case "\t": return "\\t"
-        case _ where scalar.value < 0x20: return String(format: "\\u%04x", scalar.value)
-        default: return nil
-        }
-    }
-    return "\"" + body + "\""
-}
-
 /// A Graphviz string literal (a line break is a centred `\n`). Graphviz decodes HTML entities such
 /// as `&#9829;` in labels, so `&` is written as `&amp;`.
 private func dot(_ text: String) -> String {
@@ -500,7 +478,76 @@ private func mermaidText(_ text: String) -> String {
 }
 
 /// Microseconds, as Chrome's trace wants them.
-private func micros(_ duration: Duration) -> String {
+/// Microseconds, to the nanosecond.
+private func micros(_ duration: Duration) -> Double {
     let nanoseconds = duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000
-    return String(format: "%.3f", Double(nanoseconds) / 1000)
+    return Double(nanoseconds) / 1000
+}
+
+// MARK: - Chrome trace events
+
+/// A Chrome Trace Event file.
+private struct TraceFile: Encodable {
+    var displayTimeUnit = "ms"
+    var traceEvents: [TraceEvent]
+}
+
+/// One event: a span (`X`), an instant (`i`) or metadata (`M`). Absent fields are left out.
+private struct TraceEvent: Encodable {
+    var name: String
+    var ph: String
+    var pid: Int
+    var tid: Int
+    var ts: Double?
+    var dur: Double?
+    var s: String?
+    var cat: String?
+    var cname: String?
+    var args: Arguments
+
+    enum Arguments: Encodable {
+        case name(String)
+        case sortIndex(Int)
+        case record(TraceArgs)
+
+        private enum Keys: String, CodingKey {
+            case name
+            case sortIndex = "sort_index"
+        }
+
+        func encode(to encoder: any Encoder) throws {
+            switch self {
+            case .name(let name):
+                var container = encoder.container(keyedBy: Keys.self)
+                try container.encode(name, forKey: .name)
+            case .sortIndex(let index):
+                var container = encoder.container(keyedBy: Keys.self)
+                try container.encode(index, forKey: .sortIndex)
+            case .record(let args):
+                try args.encode(to: encoder)
+            }
+        }
+    }
+
+    static func metadata(_ name: String, tid: Int, _ args: Arguments) -> TraceEvent {
+        TraceEvent(name: name, ph: "M", pid: 1, tid: tid, args: args)
+    }
+}
+
+/// A record's fields, shown by the viewer when its span is selected.
+private struct TraceArgs: Encodable {
+    var id: Int
+    var type: String
+    var status: String
+    var error: String?
+    var parent: Int?
+    var position: Int?
+    var attempt: Int?
+    var after: Int?
+    var dependencies: [Int]?
+    // swift-format-ignore: AlwaysUseLowerCamelCase
+    var enqueued_us: Double?
+    // swift-format-ignore: AlwaysUseLowerCamelCase
+    var queued_us: Double?
+    var start: String?
 }
