@@ -88,6 +88,10 @@ public struct ChainAdapter: Sendable {
     /// }
     /// ```
     ///
+    /// A chain made as it goes (``Foundation/OperationQueue/addChain(first:adapter:next:)``) ends at
+    /// its first failure or cancellation before any adapter is asked, as its generator is given only
+    /// operations that succeeded; arrays, ``Chain``s and sequences ask the adapter.
+    ///
     /// - Parameter decide: Runs right after the upstream operation has finished, on the thread that
     ///   finished it, before the downstream operation is enqueued; keep it quick. `outcome` carries
     ///   the upstream output (`()` when it has none). An error it throws fails the downstream
