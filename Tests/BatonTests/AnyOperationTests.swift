@@ -49,20 +49,25 @@ final class AnyOperationTests: BatonTestCase {
     func testCancellingARetryCancelsItsFoundationAttempt() {
         let started = Gate()
         let release = Gate()
+        let sawCancel = Locked(false)
         let retry = RetryOperation<Void>(maximumAttempts: 3) { _ in
             let block = BlockOperation()
             block.addExecutionBlock { [unowned block] in
                 started.open()
-                while !block.isCancelled { usleep(1_000) }
-                release.open()
+                release.wait()
+                sawCancel.mutate { $0 = block.isCancelled }
             }
             return block
         }
         OperationQueue().addOperation(retry)
         started.wait()
+        let attempt = retry.attemptsMade.first
         retry.cancel()
-        release.wait()
+        // Delivered once the retry's execute() has returned (it may still be returning).
+        XCTAssertTrue(eventually { attempt?.isCancelled == true }, "the running Foundation attempt was not cancelled")
+        release.open()
         waitFinished(retry)
+        XCTAssertTrue(sawCancel.value, "the running Foundation attempt was not cancelled")
         XCTAssertTrue(retry.outcome?.isCancelled == true)
         XCTAssertEqual(retry.attemptCount, 1)
     }

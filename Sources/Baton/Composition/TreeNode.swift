@@ -215,23 +215,16 @@ extension TreeNode.Core {
 /// A sequence's iterator need not be thread-safe: a cursor is driven by one thread at a time (it is
 /// handed over through the tree run's lock), so the iterator is never used from two at once.
 struct TreeItems: @unchecked Sendable {
-    private let makeIterator: () -> () -> (@Sendable () -> Operation)?
+    /// The next item's maker, or `nil` when there are no more.
+    let next: () -> (@Sendable () -> Operation)?
 
     init<Items: Sequence & SendableMetatype>(_ items: Items, operation: @escaping @Sendable (Items.Element) -> Operation)
     where Items.Element: Sendable {
-        let items = UncheckedSendable(value: items)
-        makeIterator = {
-            var iterator = items.value.makeIterator()
-            return {
-                guard let item = iterator.next() else { return nil }
-                return { operation(item) }
-            }
+        var iterator = items.makeIterator()
+        next = {
+            guard let item = iterator.next() else { return nil }
+            return { operation(item) }
         }
-    }
-
-    /// A fresh iterator over the items.
-    func iterator() -> () -> (@Sendable () -> Operation)? {
-        makeIterator()
     }
 }
 

@@ -65,7 +65,7 @@ final class TreeRun: @unchecked Sendable {
     final class Cursor: @unchecked Sendable {
         let node: ObjectIdentifier
         let window: Int
-        private let next: () -> (@Sendable () -> Operation)?
+        private let items: TreeItems
         private let launch: (Int, @escaping @Sendable () -> Operation, @escaping @Sendable () -> Void) -> Void
         private let ended: () -> Void
         private var index = 0
@@ -80,13 +80,13 @@ final class TreeRun: @unchecked Sendable {
         ) {
             self.node = node
             self.window = window
-            self.next = items.iterator()
+            self.items = items
             self.launch = launch
             self.ended = ended
         }
 
         /// The next item's maker, or `nil` when there are no more.
-        func take() -> (@Sendable () -> Operation)? { next() }
+        func take() -> (@Sendable () -> Operation)? { items.next() }
 
         /// Launches an item; `done` runs once its operation has finished (or could not be launched).
         func launch(_ make: @escaping @Sendable () -> Operation, done: @escaping @Sendable () -> Void) {
@@ -289,11 +289,9 @@ final class TreeRun: @unchecked Sendable {
     func cancel() {
         let (live, expansions, parked) = state.withLock { state -> ([Operation], [Task<Void, Never>], [Cursor]) in
             state.isCancelled = true
+            // Nothing is launched or parked after this: the windows are done with.
             let parked = state.windows.values.flatMap { $0.parked[$0.head...].compactMap { $0 } }
-            for node in Array(state.windows.keys) {
-                state.windows[node]?.parked = []
-                state.windows[node]?.head = 0
-            }
+            state.windows = [:]
             return (Array(state.live.values), Array(state.expansions.values), parked)
         }
         for expansion in expansions { expansion.cancel() }

@@ -205,10 +205,10 @@ struct RecordStructure {
             case .skipped: break
             }
         }
-        var trace = [TraceEvent.metadata("process_name", tid: 0, .name("Baton"))]
+        var trace = [TraceEvent.metadata("process_name", tid: 0, TraceArgs(name: "Baton"))]
         func track(_ tid: Int, _ name: String, sortIndex: Int) {
-            trace.append(.metadata("thread_name", tid: tid, .name(name)))
-            trace.append(.metadata("thread_sort_index", tid: tid, .sortIndex(sortIndex)))
+            trace.append(.metadata("thread_name", tid: tid, TraceArgs(name: name)))
+            trace.append(.metadata("thread_sort_index", tid: tid, TraceArgs(sort_index: sortIndex)))
         }
         for lane in laneEnds.indices { track(Self.laneBase + lane, "composites and chains \(lane + 1)", sortIndex: lane) }
         for (thread, ends) in threadLaneEnds.sorted(by: { $0.key < $1.key }) {
@@ -233,7 +233,7 @@ struct RecordStructure {
                 TraceEvent(
                     name: record.label, ph: event.end == nil ? "i" : "X", pid: 1, tid: tid, ts: micros(event.start),
                     dur: event.end.map { micros($0 - event.start) }, s: event.end == nil ? "t" : nil,
-                    cat: category(record), cname: colour(record), args: .record(traceArgs(record))))
+                    cat: category(record), cname: colour(record), args: traceArgs(record)))
         }
         // Foundation's encoder writes the JSON: it escapes every string, so no name can break the file.
         let encoder = JSONEncoder()
@@ -503,42 +503,22 @@ private struct TraceEvent: Encodable {
     var s: String?
     var cat: String?
     var cname: String?
-    var args: Arguments
+    var args: TraceArgs
 
-    enum Arguments: Encodable {
-        case name(String)
-        case sortIndex(Int)
-        case record(TraceArgs)
-
-        private enum Keys: String, CodingKey {
-            case name
-            case sortIndex = "sort_index"
-        }
-
-        func encode(to encoder: any Encoder) throws {
-            switch self {
-            case .name(let name):
-                var container = encoder.container(keyedBy: Keys.self)
-                try container.encode(name, forKey: .name)
-            case .sortIndex(let index):
-                var container = encoder.container(keyedBy: Keys.self)
-                try container.encode(index, forKey: .sortIndex)
-            case .record(let args):
-                try args.encode(to: encoder)
-            }
-        }
-    }
-
-    static func metadata(_ name: String, tid: Int, _ args: Arguments) -> TraceEvent {
+    static func metadata(_ name: String, tid: Int, _ args: TraceArgs) -> TraceEvent {
         TraceEvent(name: name, ph: "M", pid: 1, tid: tid, args: args)
     }
 }
 
-/// A record's fields, shown by the viewer when its span is selected.
+/// An event's arguments: a record's fields, shown by the viewer when its span is selected, or a
+/// metadata event's name or sort index. Absent fields are left out.
 private struct TraceArgs: Encodable {
-    var id: Int
-    var type: String
-    var status: String
+    var name: String?
+    // swift-format-ignore: AlwaysUseLowerCamelCase
+    var sort_index: Int?
+    var id: Int?
+    var type: String?
+    var status: String?
     var error: String?
     var parent: Int?
     var position: Int?
