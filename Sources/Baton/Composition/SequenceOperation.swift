@@ -347,7 +347,11 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
         case nil, .park?:
             break
         case .launch(let next, let position, let recording)?:
-            if let upstream { Handoff.pass(from: upstream, to: next, adapter: adapter) }
+            if let upstream {
+                Handoff.pass(from: upstream, to: next, adapter: adapter)
+            } else {
+                feed(firstStep: next)
+            }
             // Recorded first: a Foundation step's record is finished before the sequence hears of it.
             if let recording {
                 recording.adopt(next, position: position, after: upstream, link: upstream == nil ? nil : .step)
@@ -365,6 +369,10 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
             carryOut(plan)
         }
     }
+
+    /// Gives the first step what the sequence itself was given: nothing here; a ``Cascade`` passes
+    /// on its input.
+    func feed(firstStep: Operation) {}
 
     /// How the sequence ends after its last step (which, with a recovering adapter, may have failed).
     private static func ending(after last: Operation?) -> Ending {

@@ -231,6 +231,7 @@ extension AsyncOperation {
 
 extension GroupOperation: RecordedComposite {}
 extension ResultGroupOperation: RecordedComposite {}
+extension Parallel: RecordedComposite {}
 extension SequenceOperation: RecordedComposite {}
 extension RetryOperation: RecordedComposite {}
 extension TreeOperation: RecordedComposite {}

@@ -9,7 +9,15 @@ extension Operation {
     /// type.
     func outcome<Output: Sendable>(as _: Output.Type) -> Outcome<Output> {
         if let typed = self as? ResultOperation<Output> { return typed.outcome ?? .cancelled }
-        switch observedOutcome {
+        return Self.read(observedOutcome, as: Output.self, from: reference)
+    }
+
+    /// An observed outcome read as `Output` (see ``outcome(as:)``), for the composites that keep
+    /// outcomes after letting their operations go.
+    static func read<Output: Sendable>(
+        _ observed: Outcome<(any Sendable)?>, as _: Output.Type, from reference: OperationReference
+    ) -> Outcome<Output> {
+        switch observed {
         case .failed(let error): return .failed(error)
         case .cancelled: return .cancelled
         case .succeeded(let value):

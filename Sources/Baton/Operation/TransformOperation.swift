@@ -34,15 +34,8 @@ open class TransformOperation<Input: Sendable, Output: Sendable>: ResultOperatio
     public final var input: Input? {
         // Unwrapped before the cast, as `ResultOperation` does with outputs: an `any Sendable` input
         // came back wrapped in the storage's Optional.
-        get { core.withLock { $0.input.flatMap { $0 as? Input } } }
-        set {
-            let accepted = core.withLock { state -> Bool in
-                guard state.life.isPending else { return false }
-                state.input = newValue
-                return true
-            }
-            if !accepted { Diagnostics.report(.inputAfterStart, self) }
-        }
+        get { storedInput(as: Input.self) }
+        set { storeInput(newValue) }
     }
 
     override func preflightFailure(_ state: State) -> (any Error)? {
@@ -62,6 +55,29 @@ protocol InputAccepting: AnyObject {
 
 extension TransformOperation: InputAccepting {
     func acceptInput(_ value: any Sendable) -> BatonError? {
+        acceptInput(value, as: Input.self)
+    }
+}
+
+extension AsyncOperation {
+    /// The input stored for the operation, read as `Input`.
+    func storedInput<Input>(as _: Input.Type) -> Input? {
+        core.withLock { $0.input.flatMap { $0 as? Input } }
+    }
+
+    /// Stores the input while the operation is pending; a value given later is ignored and reported.
+    func storeInput(_ value: (any Sendable)?) {
+        let accepted = core.withLock { state -> Bool in
+            guard state.life.isPending else { return false }
+            state.input = value
+            return true
+        }
+        if !accepted { Diagnostics.report(.inputAfterStart, self) }
+    }
+
+    /// Stores `value` as the input when it is an `Input`, or returns the error that says why it does
+    /// not fit.
+    func acceptInput<Input: Sendable>(_ value: any Sendable, as _: Input.Type) -> BatonError? {
         guard let typed = value as? Input else {
             return .inputTypeMismatch(
                 operation: reference,
@@ -69,7 +85,7 @@ extension TransformOperation: InputAccepting {
                 actual: String(describing: type(of: value))
             )
         }
-        input = typed
+        storeInput(typed)
         return nil
     }
 }

@@ -1,0 +1,85 @@
+import Foundation
+
+/// The input type of a flow step that takes no input: an operation that is not a
+/// ``TransformOperation`` (it ignores what the step before it produced), or a ``Cascade`` or
+/// ``Parallel`` whose steps take none.
+///
+/// It has no values: it only appears in types, such as `Cascade<NoInput, Recipe>`.
+public enum NoInput: Sendable {}
+
+/// A piece of a flow written with ``CascadeBuilder`` or ``ParallelBuilder``: its operations, in order,
+/// typed by the input its first step takes and the output it produces.
+///
+/// You do not make these yourself: every operation, block, ``Cascade`` or ``Parallel`` written in a
+/// builder's body becomes one, and the builder checks that they fit together.
+public struct FlowPart<Input, Output> {
+    /// The operations, in order.
+    let operations: [Operation]
+    /// Makes this part's output from its operations' outcomes, read in order from the cursor (used by
+    /// ``Parallel``, whose output is built from its children's).
+    let assemble: @Sendable (ChildOutcomes) throws -> Output
+
+    init(operations: [Operation], assemble: @escaping @Sendable (ChildOutcomes) throws -> Output) {
+        self.operations = operations
+        self.assemble = assemble
+    }
+}
+
+extension FlowPart where Output: Sendable {
+    /// One operation whose output is read as `Output`.
+    init(_ operation: Operation) {
+        self.init(operations: [operation]) { try $0.next(as: Output.self) }
+    }
+}
+
+/// The outcomes of a ``Parallel``'s children, read in the order the children were written.
+final class ChildOutcomes: @unchecked Sendable {
+    private let outcomes: [(reference: OperationReference, outcome: Outcome<(any Sendable)?>)]
+    /// Only the thread that assembles the output reads, once, in order.
+    private var position = 0
+
+    init(_ outcomes: [(reference: OperationReference, outcome: Outcome<(any Sendable)?>)]) {
+        self.outcomes = outcomes
+    }
+
+    /// The next child's output, read as `Output`.
+    func next<Output: Sendable>(as _: Output.Type) throws -> Output {
+        let (reference, outcome) = outcomes[position]
+        position += 1
+        return try Operation.read(outcome, as: Output.self, from: reference).get()
+    }
+}
+
+/// The expressions both flow builders accept: operations, blocks, and nested flows.
+public protocol FlowExpressions {}
+
+extension FlowExpressions {
+    /// A step that takes the previous step's output as its input.
+    public static func buildExpression<Input, Output>(
+        _ operation: TransformOperation<Input, Output>
+    ) -> FlowPart<Input, Output> {
+        FlowPart(operation)
+    }
+
+    /// A step that produces an output and takes no input.
+    public static func buildExpression<Output>(_ operation: ResultOperation<Output>) -> FlowPart<NoInput, Output> {
+        FlowPart(operation)
+    }
+
+    /// A nested cascade: it takes what its first step takes and produces what its last step produces.
+    public static func buildExpression<Input, Output>(_ cascade: Cascade<Input, Output>) -> FlowPart<Input, Output> {
+        FlowPart(cascade)
+    }
+
+    /// A nested parallel group: it gives its input to each child that takes one, and produces its
+    /// children's outputs.
+    public static func buildExpression<Input, Output>(_ parallel: Parallel<Input, Output>) -> FlowPart<Input, Output> {
+        FlowPart(parallel)
+    }
+
+    /// A step without an output that takes no input: any other operation (a ``GroupOperation``, an
+    /// ``AsyncBlockOperation``, a Foundation operation).
+    public static func buildExpression<Step: Operation>(_ operation: Step) -> FlowPart<NoInput, Void> {
+        FlowPart(operation)
+    }
+}
