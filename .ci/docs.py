@@ -343,7 +343,8 @@ def docc():
     # Every public type (and every extended Foundation type) is curated on the landing page.
     with open(os.path.join(CATALOG, "Baton.md"), encoding="utf-8") as file:
         landing = file.read()
-    curated = set(re.findall(r"^- ``([A-Za-z/]+)``", landing, re.M))
+    # Top-level functions are curated by their full names, `name(label:_:)`.
+    curated = set(re.findall(r"^- ``([A-Za-z/_:()]+)``", landing, re.M))
     types = set()
     for file_name in os.listdir(graphs):
         with open(os.path.join(graphs, file_name), encoding="utf-8") as file:

@@ -38,7 +38,8 @@ struct Options {
                     """
                     usage: baton-bench [--n 1000,10000,100000] [--reps 3] [--csv] [--only WORKLOAD]
                                        [--raw-limit N] [--independent-limit N] [--million] [--demo-large-files N]
-                      WORKLOAD is independent, chain, group, sequence, tree, recording, memory or demo
+                      WORKLOAD is independent, chain, adapters, group, sequence, dsl, tree, wait, recording,
+                      memory or demo
                       --raw-limit N          largest n for the quadratic raw Foundation chains (default 10000)
                       --independent-limit N  largest n for independent BlockOperation baselines (default 100000)
                       --million              add chains of 1,000,000 operations (timed, and in the memory rows)
@@ -192,6 +193,16 @@ let batonSequence: Workload = { n in
     guard value == max(n, 2) - 1 else { throw BenchmarkFailure(description: "sequence of \(n) produced \(value)") }
 }
 
+/// The same sequence written with the DSL: a `Cascade` whose steps a `for` loop writes.
+let batonCascade: Workload = { n in
+    let cascade = Cascade {
+        ResultBlockOperation<Int> { $0.finish(with: 0) }
+        for _ in 1..<max(n, 2) { TransformBlockOperation<Int, Int> { $0.finish(with: $0.input! + 1) } }
+    }
+    let value = try cascade.run(timeout: .seconds(3_600))
+    guard value == max(n, 2) - 1 else { throw BenchmarkFailure(description: "cascade of \(n) produced \(value)") }
+}
+
 /// `n` operations run one after another, each with a blocking `run(on:timeout:)`: what a wait costs.
 let batonWait: Workload = { n in
     let queue = OperationQueue()
@@ -301,6 +312,7 @@ let workloads: [String: Workload] = [
         adapter: .operation { AdapterBlockOperation { _, _, _ in .forward } }),
     "baton-group": batonGroup,
     "baton-sequence": batonSequence,
+    "baton-cascade": batonCascade,
     "baton-tree": batonTree,
     "baton-wait": batonWait,
     "BlockOperation-wait": blockOperationWait,
@@ -394,6 +406,8 @@ let comparisons = [
     Comparison(
         workload: "sequence", baton: "baton-sequence",
         baselines: [("BlockOperation", options.independentLimit), ("baton-chain", .max)]),
+    // The DSL builds the same sequence: it should cost what the sequence costs.
+    Comparison(workload: "dsl", baton: "baton-cascade", baselines: [("baton-sequence", .max)]),
     Comparison(
         workload: "tree", baton: "baton-tree",
         baselines: [("GCD-tree", .max), ("BlockOperation", options.independentLimit)]),

@@ -14,27 +14,31 @@ import Foundation
 @resultBuilder
 public enum CascadeBuilder: FlowExpressions {
     /// An empty cascade: it succeeds at once, without an output.
+    @inlinable
     public static func buildBlock() -> FlowPart<NoInput, Void> {
-        FlowPart(operations: []) { _ in () }
+        FlowPart(operations: [], reader: nil)
     }
 
     /// The first step.
+    @inlinable
     public static func buildPartialBlock<Input, Output>(first: FlowPart<Input, Output>) -> FlowPart<Input, Output> {
         first
     }
 
     /// A step that takes the output of the steps before it.
+    @inlinable
     public static func buildPartialBlock<Input, Middle, Output>(
         accumulated: FlowPart<Input, Middle>, next: FlowPart<Middle, Output>
     ) -> FlowPart<Input, Output> {
-        FlowPart(operations: accumulated.operations + next.operations, assemble: next.assemble)
+        FlowPart(operations: accumulated.operations(followedBy: next), reader: nil)
     }
 
     /// A step that takes no input, after steps that produce anything.
+    @inlinable
     public static func buildPartialBlock<Input, Middle, Output>(
         accumulated: FlowPart<Input, Middle>, next: FlowPart<NoInput, Output>
     ) -> FlowPart<Input, Output> {
-        FlowPart(operations: accumulated.operations + next.operations, assemble: next.assemble)
+        FlowPart(operations: accumulated.operations(followedBy: next), reader: nil)
     }
 
     /// A step whose input is not the output of the steps before it: a compile error that says so.
@@ -68,20 +72,23 @@ public enum CascadeBuilder: FlowExpressions {
     }
 
     /// The first branch of an `if`/`else` or a `switch`.
+    @inlinable
     public static func buildEither<Input, Output>(first: FlowPart<Input, Output>) -> FlowPart<Input, Output> {
         first
     }
 
     /// The second branch of an `if`/`else` or a `switch`.
+    @inlinable
     public static func buildEither<Input, Output>(second: FlowPart<Input, Output>) -> FlowPart<Input, Output> {
         second
     }
 
     /// Steps repeated by a `for … in` loop, each giving back the type it takes; no repetition passes
     /// the value on.
+    @inlinable
     public static func buildArray<Value: Sendable>(_ parts: [FlowPart<Value, Value>]) -> FlowPart<Value, Value> {
-        guard let last = parts.last else { return passThrough() }
-        return FlowPart(operations: parts.flatMap(\.operations), assemble: last.assemble)
+        guard !parts.isEmpty else { return passThrough() }
+        return FlowPart(operations: FlowPart.joined(parts), reader: nil)
     }
 
     /// Steps that change the type in a `for … in` loop: a compile error that says so.
@@ -96,16 +103,18 @@ public enum CascadeBuilder: FlowExpressions {
     /// Steps without input or output repeated by a `for … in` loop.
     public static func buildArray(_ parts: [FlowPart<NoInput, Void>]) -> FlowPart<NoInput, Void> {
         guard !parts.isEmpty else { return nothing() }
-        return FlowPart(operations: parts.flatMap(\.operations)) { _ in () }
+        return FlowPart(operations: FlowPart.joined(parts), reader: nil)
     }
 
     /// Steps inside `if #available`.
+    @inlinable
     public static func buildLimitedAvailability<Input, Output>(_ part: FlowPart<Input, Output>) -> FlowPart<Input, Output> {
         part
     }
 
     /// The step that stands for skipped steps that give back the type they take: it passes its input on.
-    private static func passThrough<Value: Sendable>() -> FlowPart<Value, Value> {
+    @usableFromInline
+    static func passThrough<Value: Sendable>() -> FlowPart<Value, Value> {
         let step = TransformBlockOperation<Value, Value>(transform: { $0 })
         step.name = "skipped"
         return FlowPart(step)
@@ -113,7 +122,8 @@ public enum CascadeBuilder: FlowExpressions {
 
     /// The step that stands for skipped steps without input or output: it produces nothing, so the
     /// step after it sees what they would have given it.
-    private static func nothing() -> FlowPart<NoInput, Void> {
+    @usableFromInline
+    static func nothing() -> FlowPart<NoInput, Void> {
         let step = ResultBlockOperation<Void> { $0.finish() }
         step.name = "skipped"
         return FlowPart(step)

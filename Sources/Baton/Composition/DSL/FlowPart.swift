@@ -13,26 +13,70 @@ public enum NoInput: Sendable {}
 /// You do not make these yourself: every operation, block, ``Cascade`` or ``Parallel`` written in a
 /// builder's body becomes one, and the builder checks that they fit together.
 public struct FlowPart<Input, Output> {
-    /// The operations, in order.
-    let operations: [Operation]
-    /// Makes this part's output from its operations' outcomes, read in order from the cursor (used by
-    /// ``Parallel``, whose output is built from its children's).
-    let assemble: @Sendable (ChildOutcomes) throws -> Output
+    /// The one operation of a single step: a loop of 100,000 steps makes no array per step.
+    @usableFromInline let single: Operation?
+    /// The operations of a part made of several (or none), in order.
+    @usableFromInline let several: [Operation]
+    /// Makes this part's output from its operations' outcomes, read in order (used by ``Parallel``,
+    /// whose output is built from its children's); `nil` for one operation, whose output is read as
+    /// `Output`: no closure is made for the steps of a cascade, which never reads them.
+    @usableFromInline let reader: (@Sendable (ChildOutcomes) throws -> Output)?
 
-    init(operations: [Operation], assemble: @escaping @Sendable (ChildOutcomes) throws -> Output) {
-        self.operations = operations
-        self.assemble = assemble
+    @usableFromInline
+    init(operations: [Operation], reader: (@Sendable (ChildOutcomes) throws -> Output)?) {
+        single = nil
+        several = operations
+        self.reader = reader
+    }
+
+    @usableFromInline
+    init(single: Operation) {
+        self.single = single
+        several = []
+        reader = nil
+    }
+
+    /// The operations, in order.
+    @usableFromInline
+    var operations: [Operation] {
+        single.map { [$0] } ?? several
+    }
+
+    /// These operations, then `next`'s.
+    @usableFromInline
+    func operations<Other, Result>(followedBy next: FlowPart<Other, Result>) -> [Operation] {
+        var operations = self.operations
+        if let single = next.single { operations.append(single) } else { operations += next.several }
+        return operations
+    }
+
+    /// The operations of `parts`, in order, in one array.
+    @usableFromInline
+    static func joined(_ parts: [FlowPart]) -> [Operation] {
+        var operations: [Operation] = []
+        operations.reserveCapacity(parts.count)
+        for part in parts {
+            if let single = part.single { operations.append(single) } else { operations += part.several }
+        }
+        return operations
     }
 }
 
 extension FlowPart where Output: Sendable {
     /// One operation whose output is read as `Output`.
+    @usableFromInline
     init(_ operation: Operation) {
-        self.init(operations: [operation]) { try $0.next(as: Output.self) }
+        self.init(single: operation)
+    }
+
+    /// Reads this part's output from its operations' outcomes.
+    var assemble: @Sendable (ChildOutcomes) throws -> Output {
+        reader ?? { try $0.next(as: Output.self) }
     }
 }
 
 /// The outcomes of a ``Parallel``'s children, read in the order the children were written.
+@usableFromInline
 final class ChildOutcomes: @unchecked Sendable {
     private let outcomes: [(reference: OperationReference, outcome: Outcome<(any Sendable)?>)]
     /// Only the thread that assembles the output reads, once, in order.
@@ -55,6 +99,7 @@ public protocol FlowExpressions {}
 
 extension FlowExpressions {
     /// A step that takes the previous step's output as its input.
+    @inlinable
     public static func buildExpression<Input, Output>(
         _ operation: TransformOperation<Input, Output>
     ) -> FlowPart<Input, Output> {
@@ -62,23 +107,27 @@ extension FlowExpressions {
     }
 
     /// A step that produces an output and takes no input.
+    @inlinable
     public static func buildExpression<Output>(_ operation: ResultOperation<Output>) -> FlowPart<NoInput, Output> {
         FlowPart(operation)
     }
 
     /// A nested cascade: it takes what its first step takes and produces what its last step produces.
+    @inlinable
     public static func buildExpression<Input, Output>(_ cascade: Cascade<Input, Output>) -> FlowPart<Input, Output> {
         FlowPart(cascade)
     }
 
     /// A nested parallel group: it gives its input to each child that takes one, and produces its
     /// children's outputs.
+    @inlinable
     public static func buildExpression<Input, Output>(_ parallel: Parallel<Input, Output>) -> FlowPart<Input, Output> {
         FlowPart(parallel)
     }
 
     /// A step without an output that takes no input: any other operation (a ``GroupOperation``, an
     /// ``AsyncBlockOperation``, a Foundation operation).
+    @inlinable
     public static func buildExpression<Step: Operation>(_ operation: Step) -> FlowPart<NoInput, Void> {
         FlowPart(operation)
     }

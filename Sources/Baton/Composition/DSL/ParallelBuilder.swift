@@ -18,33 +18,34 @@ public enum ParallelBuilder: FlowExpressions {
     }
 
     /// The first child.
-    public static func buildPartialBlock<Input, Output>(first: FlowPart<Input, Output>) -> ParallelParts<Input, Output> {
+    public static func buildPartialBlock<Input, Output: Sendable>(first: FlowPart<Input, Output>) -> ParallelParts<Input, Output>
+    {
         ParallelParts<NoInput>(operations: [], readers: []).appending(first, taking: Input.self)
     }
 
     /// A child that takes the group's input, after children that take it too.
-    public static func buildPartialBlock<Input, each Earlier, Output>(
+    public static func buildPartialBlock<Input, each Earlier, Output: Sendable>(
         accumulated: ParallelParts<Input, repeat each Earlier>, next: FlowPart<Input, Output>
     ) -> ParallelParts<Input, repeat each Earlier, Output> {
         accumulated.appending(next, taking: Input.self)
     }
 
     /// A child that takes no input.
-    public static func buildPartialBlock<Input, each Earlier, Output>(
+    public static func buildPartialBlock<Input, each Earlier, Output: Sendable>(
         accumulated: ParallelParts<Input, repeat each Earlier>, next: FlowPart<NoInput, Output>
     ) -> ParallelParts<Input, repeat each Earlier, Output> {
         accumulated.appending(next, taking: Input.self)
     }
 
     /// A child that takes the group's input, after children that take none.
-    public static func buildPartialBlock<Input, each Earlier, Output>(
+    public static func buildPartialBlock<Input, each Earlier, Output: Sendable>(
         accumulated: ParallelParts<NoInput, repeat each Earlier>, next: FlowPart<Input, Output>
     ) -> ParallelParts<Input, repeat each Earlier, Output> {
         accumulated.appending(next, taking: Input.self)
     }
 
     /// A child that takes no input, after children that take none.
-    public static func buildPartialBlock<each Earlier, Output>(
+    public static func buildPartialBlock<each Earlier, Output: Sendable>(
         accumulated: ParallelParts<NoInput, repeat each Earlier>, next: FlowPart<NoInput, Output>
     ) -> ParallelParts<NoInput, repeat each Earlier, Output> {
         accumulated.appending(next, taking: NoInput.self)
@@ -55,7 +56,7 @@ public enum ParallelBuilder: FlowExpressions {
         *, unavailable,
         message: "in a Parallel, the children that take an input must all take the same type (the group's input)"
     )
-    public static func buildPartialBlock<Input, each Earlier, Other, Output>(
+    public static func buildPartialBlock<Input, each Earlier, Other, Output: Sendable>(
         accumulated: ParallelParts<Input, repeat each Earlier>, next: FlowPart<Other, Output>
     ) -> ParallelParts<Input, repeat each Earlier, Output> {
         fatalError("unavailable")
@@ -72,9 +73,9 @@ public enum ParallelBuilder: FlowExpressions {
     public static func buildOptional<Input, each Output>(
         _ parts: ParallelParts<Input, repeat each Output>?
     ) -> FlowPart<Input, (repeat each Output)?> {
-        guard let part = parts?.part else { return FlowPart(operations: []) { _ in nil } }
-        let assemble = part.assemble
-        return FlowPart(operations: part.operations) { try assemble($0) }
+        guard let parts else { return FlowPart(operations: [], reader: { _ in nil }) }
+        let read = parts.read
+        return FlowPart(operations: parts.operations, reader: { try read($0) })
     }
 
     /// The first branch of an `if`/`else` or a `switch`.
@@ -97,10 +98,12 @@ public enum ParallelBuilder: FlowExpressions {
     ) -> FlowPart<Input, [(repeat each Output)]> {
         // Closures, not key paths: a key path into a type with a parameter pack fails at run time
         // (Swift 6.3 cannot decode its generic arguments).
-        let assemblers = parts.map { $0.part.assemble }
-        return FlowPart(operations: parts.flatMap { $0.operations }) { outcomes in
-            try assemblers.map { try $0(outcomes) }
-        }
+        let assemblers = parts.map { $0.read }
+        return FlowPart(
+            operations: parts.flatMap { $0.operations },
+            reader: { outcomes in
+                try assemblers.map { try $0(outcomes) }
+            })
     }
 
     /// Children inside `if #available`.
@@ -119,7 +122,7 @@ public struct ParallelParts<Input, each Output> {
     let readers: [@Sendable (ChildOutcomes) throws -> Any]
 
     /// The same children with one more after them; `Taken` is the input of those that take one.
-    func appending<Other, Next, Taken>(
+    func appending<Other, Next: Sendable, Taken>(
         _ next: FlowPart<Other, Next>, taking _: Taken.Type
     ) -> ParallelParts<Taken, repeat each Output, Next> {
         let read = next.assemble
@@ -127,13 +130,18 @@ public struct ParallelParts<Input, each Output> {
             operations: operations + next.operations, readers: readers + [{ try read($0) }])
     }
 
-    /// The children as one part whose output is the tuple of theirs.
-    var part: FlowPart<Input, (repeat each Output)> {
+    /// Reads the tuple of the children's outputs.
+    var read: @Sendable (ChildOutcomes) throws -> (repeat each Output) {
         let readers = readers
-        return FlowPart(operations: operations) { outcomes in
+        return { outcomes in
             var next = readers.makeIterator()
             // One reader per element, each made for that element's type: the casts hold.
             return (repeat try next.next()!(outcomes) as! each Output)
         }
+    }
+
+    /// The children as one part whose output is the tuple of theirs.
+    var part: FlowPart<Input, (repeat each Output)> {
+        FlowPart(operations: operations, reader: read)
     }
 }
