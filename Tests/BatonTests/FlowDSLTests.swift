@@ -148,6 +148,86 @@ final class FlowDSLTests: XCTestCase {
         XCTAssertEqual(try one.run(timeout: .seconds(testTimeout)), "#9")
     }
 
+    func testAGroupOfOneSkippedChildSucceedsWithNil() throws {
+        for flag in [true, false] {
+            let group = Parallel {
+                if flag { Number(4) }
+            }
+            XCTAssertEqual(try group.run(timeout: .seconds(testTimeout)), flag ? 4 : nil)
+            let cascade = Cascade(input: 9) {
+                if flag { Add(1) }
+            }
+            XCTAssertEqual(try cascade.run(timeout: .seconds(testTimeout)), flag ? 10 : 9)
+        }
+    }
+
+    func testTwentyTypedStepsAndTwentyMixedChildren() throws {
+        let steps = Cascade {
+            Number(1)
+            Add(1)
+            Spell()
+            Count()
+            Add(1)
+            Spell()
+            Count()
+            Add(1)
+            Spell()
+            Count()
+            Add(10)
+            Spell()
+            Count()
+            Add(1)
+            Spell()
+            Count()
+            Add(100)
+            Spell()
+            Count()
+            Add(0)
+        }
+        XCTAssertEqual(try steps.run(timeout: .seconds(testTimeout)), 4)   // "#103" has 4 characters
+        let children = Parallel(input: 2) {
+            Number(1)
+            Add(1)
+            Spell()
+            Number(2)
+            Add(2)
+            Spell()
+            Number(3)
+            Add(3)
+            Spell()
+            Number(4)
+            Add(4)
+            Spell()
+            Number(5)
+            Add(5)
+            Spell()
+            Number(6)
+            Add(6)
+            Spell()
+            Number(7)
+            Add(7)
+        }
+        let output = try children.run(timeout: .seconds(testTimeout))
+        XCTAssertEqual(output.0, 1)
+        XCTAssertEqual(output.2, "#2")
+        XCTAssertEqual(output.19, 9)
+    }
+
+    func testOptionalVoidAndAnySendableOutputsInAGroup() throws {
+        let group = Parallel {
+            ResultBlockOperation<Int?> { $0.finish(with: nil) }
+            ResultBlockOperation<Int?> { $0.finish(with: 3) }
+            ResultBlockOperation<Void> { $0.finish() }
+            ResultBlockOperation<any Sendable> { $0.finish(with: "text") }
+            BlockOperation {}
+        }
+        let (none, three, nothing, text, _) = try group.run(timeout: .seconds(testTimeout))
+        XCTAssertNil(none)
+        XCTAssertEqual(three, 3)
+        XCTAssertEqual(String(describing: nothing), "()")
+        XCTAssertEqual(String(describing: text), "text")
+    }
+
     func testEmptyFlowsSucceedAtOnce() throws {
         let cascade = Cascade {}
         try cascade.run(timeout: .seconds(testTimeout))
@@ -213,6 +293,29 @@ final class FlowDSLTests: XCTestCase {
         guard case .failed(BatonError.alreadyEnqueued(let culprit)) = outcome else { return XCTFail("\(outcome)") }
         XCTAssertTrue(culprit.operation === shared)
         XCTAssertEqual(try first.run(timeout: .seconds(testTimeout)), 1)
+    }
+
+    func testTheSameOperationTwiceFailsTheFlowNamingIt() throws {
+        let twice = Number(1)
+        let group = Parallel {
+            twice
+            twice
+        }
+        guard case .failed(BatonError.duplicateOperation(let culprit)) = try group.runToOutcome() else {
+            return XCTFail("\(String(describing: group.outcome))")
+        }
+        XCTAssertTrue(culprit.operation === twice)
+
+        let again = Add(1)
+        let cascade = Cascade {
+            Number(1)
+            again
+            again
+        }
+        guard case .failed(BatonError.duplicateOperation(let named)) = try cascade.runToOutcome() else {
+            return XCTFail("\(String(describing: cascade.outcome))")
+        }
+        XCTAssertTrue(named.operation === again)
     }
 
     // MARK: - Nesting
@@ -558,13 +661,11 @@ final class FlowDSLTests: XCTestCase {
     }
 
     func testSyncOperationIsBoundedAndRefusesToDeadlock() throws {
-        let cancelled = Gate()
         XCTAssertThrowsError(
             try syncOperation(timeout: .milliseconds(50)) { _ in }
         ) { error in
             guard case BatonError.timedOut = error else { return XCTFail("\(error)") }
         }
-        _ = cancelled
 
         let serial = OperationQueue()
         serial.maxConcurrentOperationCount = 1
