@@ -221,7 +221,8 @@ final class FlowDSLTests: XCTestCase {
             ResultBlockOperation<any Sendable> { $0.finish(with: "text") }
             BlockOperation {}
         }
-        let (none, three, nothing, text, _) = try group.run(timeout: .seconds(testTimeout))
+        let (none, three, nothing, text, _): (Int?, Int?, Void, any Sendable, Void) = try group.run(
+            timeout: .seconds(testTimeout))
         XCTAssertNil(none)
         XCTAssertEqual(three, 3)
         XCTAssertEqual(String(describing: nothing), "()")

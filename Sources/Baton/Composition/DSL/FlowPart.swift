@@ -18,8 +18,9 @@ public struct FlowPart<Input, Output> {
     /// The operations of a part made of several (or none), in order.
     @usableFromInline let several: [Operation]
     /// Makes this part's output from its operations' outcomes, read in order (used by ``Parallel``,
-    /// whose output is built from its children's); `nil` for one operation, whose output is read as
-    /// `Output`: no closure is made for the steps of a cascade, which never reads them.
+    /// whose output is built from its children's). `nil` for one operation, whose output is read as
+    /// `Output`, and for the steps inside a cascade, whose outputs nobody reads (a cascade in a group
+    /// is one operation): no closure is made per step.
     @usableFromInline let reader: (@Sendable (ChildOutcomes) throws -> Output)?
 
     @usableFromInline
