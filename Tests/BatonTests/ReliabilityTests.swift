@@ -96,8 +96,6 @@ final class ReliabilityTests: BatonTestCase {
 
     // MARK: - 3. Nesting costs no stack
 
-    private static let nestingDepth = ProcessInfo.processInfo.environment["BATON_NESTING_DEPTH"].flatMap(Int.init) ?? 100_000
-
     private func nestedGroups(depth: Int, leaf: Operation) -> GroupOperation {
         var inner: Operation = leaf
         for _ in 0..<depth { inner = GroupOperation(operations: [inner]) }
@@ -110,42 +108,17 @@ final class ReliabilityTests: BatonTestCase {
         return inner as! SequenceOperation<Void>
     }
 
-    /// Runs a nest, cancels another before it starts, and frees a third that never ran.
-    private func runCancelAndFree<Nest: AsyncOperation>(_ makeNest: (Operation) -> Nest) {
-        let ran = Locked(0)
-        let outer = makeNest(
-            AsyncBlockOperation {
-                ran.increment()
-                $0.finish()
-            })
-        XCTAssertEqual(describe(finished(outer, timeout: bulkTimeout).outcome), "succeeded(())")
-        XCTAssertEqual(ran.value, 1)
-
-        let cancelled = makeNest(
-            AsyncBlockOperation {
-                ran.increment()
-                $0.finish()
-            })
-        cancelled.cancel()
-        XCTAssertEqual(describe(finished(cancelled, timeout: bulkTimeout).outcome), "cancelled")
-        XCTAssertEqual(ran.value, 1)
-
-        let freed = Gate()
-        inScope { _ = makeNest(TrackedOperation(freed: freed)) }
-        freed.wait(timeout: bulkTimeout)
-    }
-
     func testOneHundredThousandNestedGroupsRunCancelAndFree() {
-        runCancelAndFree { nestedGroups(depth: Self.nestingDepth, leaf: $0) }
+        runCancelAndFree { nestedGroups(depth: nestingDepth, leaf: $0) }
     }
 
     func testOneHundredThousandNestedSequencesRunCancelAndFree() {
-        runCancelAndFree { nestedSequences(depth: Self.nestingDepth, leaf: $0) }
+        runCancelAndFree { nestedSequences(depth: nestingDepth, leaf: $0) }
     }
 
     func testCancellingARunningNestOfOneHundredThousandGroupsReachesTheLeaf() {
         let leaf = ManualOperation(finishesOnCancel: true)
-        let outer = nestedGroups(depth: Self.nestingDepth, leaf: leaf)
+        let outer = nestedGroups(depth: nestingDepth, leaf: leaf)
         let queue = OperationQueue()
         queue.addOperation(outer)
         leaf.started.wait(timeout: bulkTimeout)

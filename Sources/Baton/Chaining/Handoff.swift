@@ -81,12 +81,21 @@ enum Handoff {
             }
             return error
         case .succeeded(let value):
-            if let value, let receiver = downstream as? InputAccepting, let mismatch = receiver.acceptInput(value) {
-                fail(downstream, with: mismatch)
-                return mismatch
-            }
+            guard let value else { return nil }
+            return give(value, to: downstream)
+        }
+    }
+
+    /// Gives `value` to `downstream` as its input when it takes one; one of another type fails it.
+    ///
+    /// - Returns: The mismatch that failed `downstream`, if any.
+    @discardableResult
+    static func give(_ value: any Sendable, to downstream: Operation) -> BatonError? {
+        guard let receiver = downstream as? InputAccepting, let mismatch = receiver.acceptInput(value) else {
             return nil
         }
+        fail(downstream, with: mismatch)
+        return mismatch
     }
 
     /// Fails a Baton operation before it starts; a plain Foundation operation can only be cancelled.

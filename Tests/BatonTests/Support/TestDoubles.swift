@@ -152,6 +152,41 @@ func drain(_ queue: OperationQueue, file: StaticString = #filePath, line: UInt =
     }
 }
 
+/// How deep the nesting tests nest composites (`BATON_NESTING_DEPTH`, default 100,000).
+let nestingDepth = ProcessInfo.processInfo.environment["BATON_NESTING_DEPTH"].flatMap(Int.init) ?? 100_000
+
+/// Runs a nest made by `makeNest` around a block, cancels another before it starts, and frees a
+/// third that never ran: each must finish (or be freed) within the bulk timeout.
+func runCancelAndFree<Nest: AsyncOperation>(
+    file: StaticString = #filePath, line: UInt = #line, _ makeNest: (Operation) -> Nest
+) {
+    let ran = Locked(0)
+    let outer = makeNest(
+        AsyncBlockOperation {
+            ran.increment()
+            $0.finish()
+        })
+    XCTAssertEqual(
+        finished(outer, timeout: bulkTimeout, file: file, line: line).observedOutcome.isSuccess, true,
+        file: file, line: line)
+    XCTAssertEqual(ran.value, 1, file: file, line: line)
+
+    let cancelled = makeNest(
+        AsyncBlockOperation {
+            ran.increment()
+            $0.finish()
+        })
+    cancelled.cancel()
+    XCTAssertEqual(
+        finished(cancelled, timeout: bulkTimeout, file: file, line: line).observedOutcome.isCancelled, true,
+        file: file, line: line)
+    XCTAssertEqual(ran.value, 1, file: file, line: line)
+
+    let freed = Gate()
+    inScope { _ = makeNest(TrackedOperation(freed: freed)) }
+    freed.wait(timeout: bulkTimeout, file: file, line: line)
+}
+
 /// Runs `body` in its own scope, so that its locals are released when it returns.
 func inScope<Result>(_ body: () throws -> Result) rethrows -> Result {
     try body()

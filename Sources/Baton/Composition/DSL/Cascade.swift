@@ -48,10 +48,7 @@ public final class Cascade<Input: Sendable, Output: Sendable>: SequenceOperation
     }
 
     override func feed(firstStep: Operation) {
-        guard Input.self != NoInput.self, let input, let receiver = firstStep as? InputAccepting,
-            let mismatch = receiver.acceptInput(input)
-        else { return }
-        (firstStep as? AsyncOperation)?.finish(throwing: mismatch)
+        if Input.self != NoInput.self, let input { Handoff.give(input, to: firstStep) }
     }
 }
 

@@ -79,18 +79,25 @@ extension FlowPart where Output: Sendable {
 /// The outcomes of a ``Parallel``'s children, read in the order the children were written.
 @usableFromInline
 final class ChildOutcomes: @unchecked Sendable {
-    private let outcomes: [(reference: OperationReference, outcome: Outcome<(any Sendable)?>)]
+    typealias Entry = (reference: OperationReference, outcome: Outcome<(any Sendable)?>)
+
+    private let outcomes: [Entry?]
+    /// The group: named when a child's outcome is missing.
+    private let group: OperationReference
     /// Only the thread that assembles the output reads, once, in order.
     private var position = 0
 
-    init(_ outcomes: [(reference: OperationReference, outcome: Outcome<(any Sendable)?>)]) {
+    init(_ outcomes: [Entry?], of group: OperationReference) {
         self.outcomes = outcomes
+        self.group = group
     }
 
     /// The next child's output, read as `Output`.
     func next<Output: Sendable>(as _: Output.Type) throws -> Output {
-        let (reference, outcome) = outcomes[position]
-        position += 1
+        defer { position += 1 }
+        guard position < outcomes.count, let (reference, outcome) = outcomes[position] else {
+            throw BatonError.missingOutput(operation: group)
+        }
         return try Operation.read(outcome, as: Output.self, from: reference).get()
     }
 }

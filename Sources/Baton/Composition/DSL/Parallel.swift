@@ -24,13 +24,8 @@ public final class Parallel<Input: Sendable, Output: Sendable>: ResultOperation<
 {
     let group: ChildGroup
     private let assemble: @Sendable (ChildOutcomes) throws -> Output
-    /// The finished children's outcomes by position, and whether one finished without an output.
-    private let collected = Mutex(Collected())
-
-    private struct Collected {
-        var outcomes: [(reference: OperationReference, outcome: Outcome<(any Sendable)?>)?] = []
-        var cancelled = false
-    }
+    /// The finished children's outcomes, by position.
+    private let collected = Mutex<[ChildOutcomes.Entry?]>([])
 
     /// Creates a group of the children its body writes.
     ///
@@ -77,14 +72,9 @@ public final class Parallel<Input: Sendable, Output: Sendable>: ResultOperation<
     /// Gives the input to the children that take one, then launches every child.
     public override func execute() {
         if Input.self != NoInput.self, let input {
-            for child in group.children {
-                guard let receiver = child as? InputAccepting, let mismatch = receiver.acceptInput(input) else {
-                    continue
-                }
-                (child as? AsyncOperation)?.finish(throwing: mismatch)
-            }
+            for child in group.children { Handoff.give(input, to: child) }
         }
-        if !group.start() { conclude(assembled()) }
+        if !group.start() { conclude(assembled(from: [])) }
     }
 
     /// Cancels every child.
@@ -100,14 +90,11 @@ public final class Parallel<Input: Sendable, Output: Sendable>: ResultOperation<
         super.preflightFailure(state) ?? group.configurationError(of: self)
     }
 
-    /// The output made from every child's outcome, or the error that says why it cannot be made.
-    private func assembled() -> Outcome<(any Sendable)?> {
-        let outcomes = collected.withLock { collected in
-            defer { collected = Collected() }
-            return collected.outcomes.compactMap { $0 }
-        }
+    /// The output made from the children's outcomes, in order, or the error that says why it cannot be
+    /// made.
+    private func assembled(from outcomes: [ChildOutcomes.Entry?]) -> Outcome<(any Sendable)?> {
         do {
-            return .succeeded(try assemble(ChildOutcomes(outcomes)))
+            return .succeeded(try assemble(ChildOutcomes(outcomes, of: reference)))
         } catch {
             return .failed(error)
         }
@@ -123,28 +110,29 @@ extension Parallel: InputAccepting {
 
 extension Parallel: ChildGroupOwner {
     func childFinished(_ child: Operation, index: Int) {
-        let outcome = child.observedOutcome
-        let reference = child.reference
-        collected.withLock { collected in
-            if case .cancelled = outcome { collected.cancelled = true }
-            if index >= collected.outcomes.count {
-                collected.outcomes.append(contentsOf: repeatElement(nil, count: index + 1 - collected.outcomes.count))
+        let finished = (reference: child.reference, outcome: child.observedOutcome)
+        collected.withLock { outcomes in
+            if index >= outcomes.count {
+                outcomes.append(contentsOf: repeatElement(nil, count: index + 1 - outcomes.count))
             }
-            collected.outcomes[index] = (reference, outcome)
+            outcomes[index] = finished
         }
     }
 
     func allChildrenDidFinish(errors: [any Error]) {
-        let cancelled = collected.withLock { $0.cancelled }
+        // Handed over: from here on, this is the only copy of the children's outputs.
+        let outcomes = collected.withLock { outcomes in
+            defer { outcomes = [] }
+            return outcomes
+        }
         guard errors.isEmpty else {
-            collected.withLock { $0 = Collected() }
             return conclude(.failed(BatonError.childrenFailed(group: reference, errors: errors)))
         }
-        guard !cancelled else {
-            collected.withLock { $0 = Collected() }
+        // A child cancelled on its own left the group without an output to give.
+        guard !outcomes.contains(where: { $0?.outcome.isCancelled ?? false }) else {
             cancel()
             return finish()
         }
-        conclude(assembled())
+        conclude(assembled(from: outcomes))
     }
 }
