@@ -237,6 +237,8 @@ final class LifecycleExplorationTests: XCTestCase {
         switch world.machine.start(facts) {
         case .refuse:
             break
+        case .admit:
+            throw Violation(description: "an operation with no gate was sent to its gate")
         case .finishUnexecuted:
             try told(&world)
         case .announce:

@@ -19,10 +19,12 @@ protocol ChildGroupOwner: AnyObject, Sendable {
 /// unless `keepsFinishedChildren`: a group of many children that produce large outputs then holds only
 /// those still running or waiting.
 final class ChildGroup: @unchecked Sendable {
-    let queue: OperationQueue
+    let queue: ChildQueue
     let failurePolicy: GroupFailurePolicy
     let keepsFinishedChildren: Bool
-    weak var owner: (any ChildGroupOwner)?
+    weak var owner: (any ChildGroupOwner)? {
+        didSet { queue.owner = owner as? AsyncOperation }
+    }
     private let state = Mutex(State())
 
     private struct State {
@@ -61,7 +63,7 @@ final class ChildGroup: @unchecked Sendable {
         name: String, children: [Operation], failurePolicy: GroupFailurePolicy, maxConcurrentOperationCount: Int,
         keepsFinishedChildren: Bool
     ) {
-        queue = OperationQueue()
+        queue = ChildQueue()
         queue.name = "Baton group \(name)"
         self.failurePolicy = failurePolicy
         self.keepsFinishedChildren = keepsFinishedChildren

@@ -31,7 +31,7 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
     private let delay: RetryDelay
     private let shouldRetry: @Sendable (any Error, Int) -> Bool
     private let makeAttempt: @Sendable (Int) -> Operation
-    private let queue = OperationQueue()
+    private let queue = ChildQueue()
     private let attempts = Mutex(Attempts())
 
     private enum Phase {
@@ -93,6 +93,7 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
         self.shouldRetry = shouldRetry
         self.makeAttempt = makeAttempt
         super.init()
+        queue.owner = self
         self.attempts.withLock { $0.progress.total = Int64(max(maximumAttempts, 0)) }
     }
 

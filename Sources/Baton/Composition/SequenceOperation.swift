@@ -84,7 +84,7 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
 
     private let source: Source
     private let adapter: ChainAdapter
-    private let queue = OperationQueue()
+    private let queue = ChildQueue()
     private let steps: Mutex<Steps>
     private let configurationError: BatonError?
 
@@ -128,6 +128,7 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
         steps.progress.total = Int64(operations.count)
         self.steps = Mutex(steps)
         super.init()
+        queue.owner = self
     }
 
     /// Creates a sequence whose next step is made from the previous operation once it has succeeded.
@@ -156,6 +157,7 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
         steps.progress.total = 1
         self.steps = Mutex(steps)
         super.init()
+        queue.owner = self
     }
 
     deinit {

@@ -48,6 +48,7 @@ public final class TreeOperation<Input: Sendable>: AsyncOperation, ProgressRepor
         concurrencyProblem = ChildGroup.problem(maxConcurrentOperationCount: maxConcurrentOperationCount)
         run = TreeRun(maxConcurrentOperationCount: maxConcurrentOperationCount, valid: concurrencyProblem == nil)
         super.init()
+        run.queue.owner = self
     }
 
     /// The tree's operations: launched so far against finished. Each read returns a new `Progress`

@@ -98,11 +98,11 @@ final class TreeRun: @unchecked Sendable {
         func end() { ended() }
     }
 
-    let queue: OperationQueue
+    let queue: ChildQueue
     private let state = Mutex(State())
 
     init(maxConcurrentOperationCount: Int, valid: Bool) {
-        queue = OperationQueue()
+        queue = ChildQueue()
         queue.name = "Baton tree"
         if valid { queue.maxConcurrentOperationCount = maxConcurrentOperationCount }
     }

@@ -47,6 +47,7 @@ extension AsyncOperation {
     /// when the operation must still be started by `queue` (the one it is run on, or the one a Baton
     /// entry point launched it on) and the waiting context holds what that queue needs.
     func deadlockReason(runningOn queue: OperationQueue?, blocking: Bool) -> String? {
+        if blocking, let reason = categoryDeadlockReason() { return reason }
         if let queue { return queue.deadlockReason(blocking: blocking) }
         let (target, pending) = core.withLock { state in (state.launchQueue, state.life.isPending) }
         guard pending, let target else { return nil }

@@ -28,6 +28,17 @@ enum FoundationQueueState: Equatable {
     /// Executing or finished, as Foundation sees it.
     case past
 
+    /// Whether Foundation has finished adding `operation` to a queue that has not started it yet
+    /// (enqueued or being dispatched); `false` while it is being added; `nil` where Baton cannot read it.
+    static func isEnqueued(_ operation: Operation) -> Bool? {
+        #if canImport(Darwin)
+        return nil
+        #else
+        guard let layout = Layout.shared else { return nil }
+        return layout.isEnqueued(operation)
+        #endif
+    }
+
     /// The state of `operation`, or `nil` when Baton cannot read it on this platform.
     static func of(_ operation: Operation) -> FoundationQueueState? {
         #if canImport(Darwin)
@@ -62,6 +73,15 @@ enum FoundationQueueState: Equatable {
                 case Self.starting: return .starting
                 default: return .past
                 }
+            }
+        }
+
+        /// Enqueued (2) or dispatching (3), in a queue: past `enqueuing` (1), not yet `starting`.
+        func isEnqueued(_ operation: Operation) -> Bool {
+            withExtendedLifetime(operation) {
+                let base = UnsafeRawPointer(Unmanaged.passUnretained(operation).toOpaque())
+                let state = base.load(fromByteOffset: stateOffset, as: UInt8.self)
+                return state == 2 || state == 3
             }
         }
 

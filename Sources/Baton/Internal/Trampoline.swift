@@ -65,6 +65,8 @@ enum Trampoline {
         var depth = 0
         /// The operations whose start or outcome callouts this thread is running (innermost last).
         var callouts: [ObjectIdentifier] = []
+        /// The operations holding categories whose `execute()` this thread is inside (innermost last).
+        var holders: [AsyncOperation] = []
         /// Deferred work; the last element runs next.
         private var stack: [() -> Void] = []
         /// Work deferred by the item that is running now, in order.
@@ -120,6 +122,20 @@ enum Callouts {
         local.callouts.append(ObjectIdentifier(operation))
         body()
         local.callouts.removeLast()
+    }
+
+    /// Runs `body` (an `execute()` call) marked as inside `operation`, which holds categories: a
+    /// blocking wait here for an operation that needs one of them would wait for itself.
+    static func executing(_ operation: AsyncOperation, _ body: () -> Void) {
+        let local = Trampoline.LocalQueue.current
+        local.holders.append(operation)
+        body()
+        local.holders.removeLast()
+    }
+
+    /// The operations holding categories whose `execute()` this thread is inside.
+    static var holders: [AsyncOperation] {
+        Trampoline.LocalQueue.current.holders
     }
 
     /// Whether this thread is inside `operation`'s callouts.

@@ -38,6 +38,8 @@ extension AsyncOperation {
         /// What each registered wait runs when the operation finishes, by the machine's wait token.
         var waits = WaitList<@Sendable () -> Void>()
         var notificationTap: (@Sendable (Notification) -> Void)?
+        /// Its conditions and categories, if it has any.
+        var gate: OperationGate?
 
         var isCancelled: Bool { life.cancelRequested }
 
@@ -45,7 +47,7 @@ extension AsyncOperation {
         mutating func takeOutcomeListeners(executed: Bool) -> Telling {
             let telling = Telling(
                 outcome: life.decided!, executed: executed,
-                dropsUnfinishedDependencies: !executed || startedWhileNotReady,
+                dropsUnfinishedDependencies: !executed || startedWhileNotReady, gated: gate != nil,
                 delegate: delegate, observers: outcomeObservers)
             outcomeObservers = []
             startObservers = []
@@ -61,6 +63,8 @@ extension AsyncOperation {
         let executed: Bool
         /// Finished without executing (or started early): unfinished dependencies still point here.
         let dropsUnfinishedDependencies: Bool
+        /// It has a gate, which gives back what it holds once the outcome is told.
+        let gated: Bool
         let delegate: (any AsyncOperationDelegate)?
         let observers: [@Sendable (Outcome<(any Sendable)?>) -> Void]
     }
@@ -101,6 +105,7 @@ extension AsyncOperation {
                 }
             }
             if telling.dropsUnfinishedDependencies { dropUnfinishedDependencies() }
+            if telling.gated { releaseGate() }
             commitFinish(telling.outcome)
         }
     }

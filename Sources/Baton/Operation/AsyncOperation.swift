@@ -170,12 +170,19 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             case refuse(Diagnostic.Kind)
             case finish(Telling)
             case announce(Announcement)
+            case admit(Admission.Action)
         }
         let decision: Decision = core.withLock { state in
             let skip = verdict ?? preflightFailure(state).map { .failed($0) }
-            switch state.life.start(Life.StartFacts(caller: caller, skip: skip, ready: ready)) {
+            var facts = Life.StartFacts(caller: caller, skip: skip, ready: ready)
+            facts.admitted = state.gate?.admission.isPassed ?? true
+            switch state.life.start(facts) {
             case .refuse(let kind):
                 return .refuse(kind)
+            case .admit:
+                // Not past its gate (started by hand, or by a queue that did not ask `isReady`): the
+                // gate starts it again once it opens.
+                return .admit(begin(state.gate!, path: .start, settled: false))
             case .finishUnexecuted:
                 return .finish(state.takeOutcomeListeners(executed: false))
             case .announce(let notReady):
@@ -191,6 +198,8 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         switch decision {
         case .refuse(let kind):
             Diagnostics.report(kind, self)
+        case .admit(let action):
+            perform(action)
         case .finish(let telling):
             tell(telling)
         case .announce(let announcement):
@@ -223,7 +232,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     private func enterExecute() {
         enum Entry {
             case none
-            case execute(generation: UInt64, timer: (token: UInt64, after: Duration)?)
+            case execute(generation: UInt64, timer: (token: UInt64, after: Duration)?, holds: Bool)
             case finish(Telling)
         }
         let entry: Entry = core.withLock { state in
@@ -234,7 +243,9 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             case .finish:
                 return .finish(state.takeOutcomeListeners(executed: false))
             case .execute(let generation, let token):
-                return .execute(generation: generation, timer: token.flatMap { token in timeout.map { (token, $0) } })
+                return .execute(
+                    generation: generation, timer: token.flatMap { token in timeout.map { (token, $0) } },
+                    holds: !(state.gate?.held.isEmpty ?? true))
             }
         }
         switch entry {
@@ -242,9 +253,13 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             reportImpossible()
         case .finish(let telling):
             tell(telling)
-        case .execute(let generation, let timer):
+        case .execute(let generation, let timer, let holds):
             if let timer { arm(timer.token, after: timer.after) }
-            callExecute(generation)
+            if holds {
+                Callouts.executing(self) { callExecute(generation) }
+            } else {
+                callExecute(generation)
+            }
         }
     }
 
@@ -294,7 +309,12 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             target.cancelHeld()
             return
         }
-        let (action, telling) = apply({ $0.cancel() }) { $0 == .finish }
+        let (action, telling, gate) = core.withLock { state in
+            let action = state.life.cancel()
+            let gate = state.gate?.admission.cancel() ?? .none
+            return (action, action == .finish ? state.takeOutcomeListeners(executed: true) : nil, gate)
+        }
+        if gate != .none { perform(gate) }
         perform(action, telling)
     }
 
@@ -309,6 +329,19 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     /// Whether the operation was cancelled (or skipped because a dependency was cancelled).
     public final override var isCancelled: Bool {
         core.withLock { $0.isCancelled }
+    }
+
+    /// Whether the operation may be started: its dependencies have finished and it has passed its gate
+    /// (its conditions and categories; see ``addCondition(_:)`` and
+    /// ``addExclusivity(_:)-(OperationCategory...)``).
+    ///
+    /// A queue that asks about an operation it holds, once the dependencies have finished, begins the
+    /// passage; the operation announces `isReady` when the gate opens (or refuses, for an operation
+    /// that will finish unexecuted). Until then it takes no worker of the queue. An override must
+    /// combine its own answer with `super`'s.
+    open override var isReady: Bool {
+        guard super.isReady else { return false }
+        return gateAllowsStart()
     }
 
     /// Whether the operation is executing: started and not yet finished.

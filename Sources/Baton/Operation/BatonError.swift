@@ -49,8 +49,17 @@ public enum BatonError: Error, Sendable {
     case outputTypeMismatch(operation: OperationReference, expected: String, actual: String)
     /// A parameter is out of range; the text says which and why.
     case invalidArgument(operation: OperationReference, reason: String)
-    /// Waiting here would block the thread that must run the operation.
+    /// Waiting here would block the thread that must run the operation, or wait for a category the
+    /// waiting operation holds.
     case wouldDeadlock(operation: OperationReference, reason: String)
+    /// A condition of the operation failed (or its produced dependency did), so it did not execute;
+    /// `underlying` is the condition's error.
+    case conditionFailed(operation: OperationReference, condition: String, underlying: any Error)
+    /// A condition did not answer within its timeout (the underlying error of a
+    /// ``conditionFailed(operation:condition:underlying:)``).
+    case conditionTimedOut(condition: String, after: Duration)
+    /// A category's limit must be at least 1 and its name must not be empty.
+    case invalidLimit(category: String, limit: Int)
 
     /// The one operation the error names, or `nil` for the cases that name a cycle, several failures,
     /// or a tree node without an operation.
@@ -62,11 +71,11 @@ public enum BatonError: Error, Sendable {
             .alreadyEnqueued(let operation), .alreadyExecuting(let operation),
             .alreadyFinished(let operation), .timedOut(let operation, _), .childrenFailed(let operation, _),
             .outputTypeMismatch(let operation, _, _), .invalidArgument(let operation, _),
-            .wouldDeadlock(let operation, _):
+            .wouldDeadlock(let operation, _), .conditionFailed(let operation, _, _):
             return operation
         case .treeNodeFailed(_, let operation, _):
             return operation
-        case .dependencyCycle, .treeFailed, .treeNodeFreed:
+        case .dependencyCycle, .treeFailed, .treeNodeFreed, .conditionTimedOut, .invalidLimit:
             return nil
         }
     }
@@ -114,6 +123,12 @@ extension BatonError: CustomStringConvertible {
             return "\(operation): \(reason)"
         case .wouldDeadlock(let operation, let reason):
             return "waiting for \(operation) would deadlock: \(reason)"
+        case .conditionFailed(let operation, let condition, let underlying):
+            return "condition '\(condition)' of \(operation) failed: \(underlying)"
+        case .conditionTimedOut(let condition, let duration):
+            return "condition '\(condition)' did not answer within \(duration)"
+        case .invalidLimit(let category, let limit):
+            return "the limit of category \(category) must be at least 1 (and its name not empty), got \(limit)"
         }
     }
 }

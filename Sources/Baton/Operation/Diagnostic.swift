@@ -37,6 +37,9 @@ public struct Diagnostic: Sendable, CustomStringConvertible {
         /// Baton's lifecycle machine received an event that cannot happen in the operation's state: a
         /// bug in Baton (please report it). Debug builds stop; release builds ignore the event.
         case internalInconsistency
+        /// The operation has waited for a category longer than its scope's
+        /// ``ExclusivityScope/slowWaitThreshold``; it goes on waiting.
+        case waitedLongForCategory
     }
 
     /// What went wrong.
@@ -70,6 +73,7 @@ public struct Diagnostic: Sendable, CustomStringConvertible {
         case .timedOut: what = "still executing when its timeout ran out; cancelled, it fails with timedOut"
         case .settingAfterStart: what = "timeout or dependency policy set after start; ignored"
         case .internalInconsistency: what = "impossible lifecycle event; ignored (a Baton bug, please report it)"
+        case .waitedLongForCategory: what = "has waited for a category longer than its scope's slow-wait threshold"
         }
         return "Baton: \(operation.name): \(what)"
     }

@@ -91,6 +91,9 @@ struct Lifecycle<Result: LifecycleOutcome> {
         var skip: Result?
         /// Whether every dependency had finished.
         var ready: Bool
+        /// Whether the operation's gate (its conditions and categories) is passed, or has none. An
+        /// operation that will execute waits here, pending, until it is.
+        var admitted = true
     }
 
     private(set) var phase = Phase.pending
@@ -177,6 +180,8 @@ struct Lifecycle<Result: LifecycleOutcome> {
         case finishUnexecuted
         /// Announce `isExecuting`, tell the start listeners, then feed `startAnnounced`.
         case announce(notReady: Bool)
+        /// Still pending: pass the gate first, then start again.
+        case admit
     }
 
     mutating func start(_ facts: StartFacts) -> StartAction {
@@ -200,6 +205,12 @@ struct Lifecycle<Result: LifecycleOutcome> {
         if let skipped = cancelRequested ? .cancelled : early ?? facts.skip {
             decide(skipped, wasExecuting: false)
             return .finishUnexecuted
+        }
+        guard facts.admitted else {
+            // The caller was entitled to start it; the gate starts it again once it opens, from
+            // whichever thread opens it.
+            custody = .direct
+            return .admit
         }
         phase = .starting
         return .announce(notReady: !facts.ready)

@@ -157,7 +157,8 @@ extension OperationQueue {
         for operation in operations {
             if let baton = operation as? AsyncOperation {
                 switch baton.beginLaunch(on: self) {
-                case .enqueue: enqueued.append(baton)
+                // An operation with a gate passes it first, outside the queue, when it can.
+                case .enqueue: if baton.admitForLaunch(on: self) { enqueued.append(baton) }
                 // A plain call: the start of a cancelled operation only retires and finishes, and what
                 // that recurses into goes through the trampoline. A caller that waits for the
                 // operation (a blocking or async run) finds it finished when this returns.

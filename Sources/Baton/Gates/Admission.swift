@@ -1,0 +1,150 @@
+/// An operation's passage through its gate (its conditions, then its categories) as a pure state
+/// machine, applied under the operation's lock beside its ``Lifecycle``. Every answer that comes back
+/// later (a condition's, a grant) carries the token it was asked with, and a stale one is ignored, so
+/// a cancellation that lands between a decision and its effect always wins cleanly.
+///
+/// ```text
+/// closed ──begin──▶ evaluating ──satisfied──▶ waiting ──granted──▶ open ──finish──▶ released
+///    │                  │ failed / not satisfied   │ cancel                  (lanes given back)
+///    └──cancel──▶ refused ◀──────────────────────────┘   (withdrawn; a grant that raced is given back)
+/// ```
+struct Admission: Hashable {
+    enum Stage: Hashable {
+        /// Not begun: the operation waits for its dependencies, or for a queue to consider it.
+        case closed
+        /// Conditions are being evaluated; their answer carries this token.
+        case evaluating(UInt64)
+        /// Asked for its categories; the grant carries this token.
+        case waiting(UInt64)
+        /// Passed: it holds its categories and may execute.
+        case open
+        /// Will not execute (cancelled, or a condition decided so); holds nothing.
+        case refused
+        /// Finished: whatever it held is given back.
+        case released
+    }
+
+    /// How the operation goes on once the gate opens or refuses.
+    enum Path: Hashable {
+        /// It waits in a queue that reads `isReady`: announce the change.
+        case announce
+        /// A Baton entry point holds it back from its queue: add it now.
+        case launch
+        /// `start()` was called: call it again.
+        case start
+    }
+
+    enum Action: Hashable {
+        case none
+        /// Evaluate the conditions, answering with this token.
+        case evaluate(UInt64)
+        /// Ask for the categories, with this token.
+        case request(UInt64)
+        /// Go on along the path.
+        case proceed(Path)
+        /// Stop the evaluation, then go on along the path.
+        case abandon(then: Path)
+        /// Take the request back, then go on along the path (a grant that beat it is given back).
+        case withdraw(UInt64, then: Path)
+        /// A grant arrived for a request that was cancelled: give the categories back.
+        case giveBack
+    }
+
+    private(set) var stage = Stage.closed
+    private(set) var path = Path.announce
+    private var nextToken: UInt64 = 0
+
+    /// Whether `start()` may go on: the gate is passed, or will not be (the operation ends unexecuted).
+    var isPassed: Bool {
+        switch stage {
+        case .open, .refused, .released: return true
+        case .closed, .evaluating, .waiting: return false
+        }
+    }
+
+    var isClosed: Bool { stage == .closed }
+
+    private mutating func mint() -> UInt64 {
+        nextToken &+= 1
+        return nextToken
+    }
+
+    /// The operation is ready but for its gate, and goes on along `path`. `settled`: it will not
+    /// execute anyway (cancelled, finished early, ruled out by a dependency), so the gate refuses at once.
+    mutating func begin(_ path: Path, settled: Bool, hasConditions: Bool) -> Action {
+        switch stage {
+        case .closed:
+            self.path = path
+            if settled {
+                stage = .refused
+                return .proceed(path)
+            }
+            let token = mint()
+            stage = hasConditions ? .evaluating(token) : .waiting(token)
+            return hasConditions ? .evaluate(token) : .request(token)
+        case .evaluating, .waiting:
+            // A start by hand while the gate is in progress: the start goes on once it opens.
+            if path == .start { self.path = .start }
+            return .none
+        case .open, .refused, .released:
+            return .none
+        }
+    }
+
+    /// The conditions answered. `satisfied == false`: the lifecycle was told the outcome in the same step.
+    mutating func answered(_ token: UInt64, satisfied: Bool) -> Action {
+        guard stage == .evaluating(token) else { return .none }
+        guard satisfied else {
+            stage = .refused
+            return .proceed(path)
+        }
+        let next = mint()
+        stage = .waiting(next)
+        return .request(next)
+    }
+
+    /// The categories were granted to the request of `token`.
+    mutating func granted(_ token: UInt64) -> Action {
+        guard stage == .waiting(token) else { return .giveBack }
+        stage = .open
+        return .proceed(path)
+    }
+
+    /// The operation was cancelled.
+    mutating func cancel() -> Action {
+        switch stage {
+        case .closed:
+            stage = .refused
+            return .none
+        case .evaluating:
+            stage = .refused
+            return .abandon(then: path)
+        case .waiting(let token):
+            stage = .refused
+            return .withdraw(token, then: path)
+        case .open, .refused, .released:
+            return .none
+        }
+    }
+
+    enum Release: Hashable {
+        case none
+        /// Give back the categories it held.
+        case lanes
+        /// It finished while still asking (it never executed): take the request back.
+        case withdraw(UInt64)
+        /// It finished while its conditions were evaluated: stop them.
+        case abandon
+    }
+
+    /// The operation finished: whatever the gate holds or has under way is given back.
+    mutating func finish() -> Release {
+        defer { stage = .released }
+        switch stage {
+        case .open: return .lanes
+        case .waiting(let token): return .withdraw(token)
+        case .evaluating: return .abandon
+        case .closed, .refused, .released: return .none
+        }
+    }
+}

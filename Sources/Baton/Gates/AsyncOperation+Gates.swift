@@ -1,0 +1,394 @@
+import Dispatch
+import Foundation
+
+/// An operation's conditions and categories, and its passage through them. Allocated only for an
+/// operation that has some; read and written only under the operation's lock.
+final class OperationGate {
+    var conditions: [Condition] = []
+    var categories: [OperationCategory] = []
+    var admission = Admission()
+    /// The lanes it holds while open.
+    var held: [Lane] = []
+    var evaluation: Evaluation?
+    /// The queue a Baton entry point holds it back from until the gate opens.
+    var launchTarget: OperationQueue?
+    /// When it began waiting for its conditions and its categories (for the trace and the live view).
+    var waitingSince: (conditions: ContinuousClock.Instant?, categories: ContinuousClock.Instant?)
+    /// How long it waited, once it knows.
+    var waited: (conditions: Duration?, categories: Duration?)
+}
+
+extension AsyncOperation {
+    // MARK: - Declaring
+
+    /// Adds a condition the operation must pass after its dependencies have finished and before it
+    /// executes (see ``Condition``).
+    ///
+    /// - Parameter condition: The condition.
+    /// - Throws: ``BatonError/invalidArgument(operation:reason:)`` when the operation has started (or
+    ///   its gate is already being passed), or when `condition` was added to it already.
+    public func addCondition(_ condition: Condition) throws(BatonError) {
+        try configureGate { gate throws(BatonError) in
+            if gate.conditions.contains(where: { $0 === condition }) {
+                throw .invalidArgument(operation: reference, reason: "condition '\(condition.name)' was added twice")
+            }
+            gate.conditions.append(condition)
+        }
+    }
+
+    /// Claims categories: the operation executes only while it holds all of them, and they are taken
+    /// all at once, just before it executes (after its dependencies and conditions), and given back
+    /// when it finishes, however it finishes.
+    ///
+    /// ```swift
+    /// try writer.addExclusivity("database")
+    /// ```
+    ///
+    /// - Parameter categories: The categories.
+    /// - Throws: ``BatonError/invalidArgument(operation:reason:)`` when a category's name is empty, a
+    ///   category is claimed twice, or the operation has started (or its gate is already being passed).
+    public func addExclusivity(_ categories: OperationCategory...) throws(BatonError) {
+        try addExclusivity(categories)
+    }
+
+    /// Claims categories (see ``addExclusivity(_:)-(OperationCategory...)``).
+    ///
+    /// - Parameter categories: The categories.
+    /// - Throws: ``BatonError/invalidArgument(operation:reason:)`` as the variadic form.
+    public func addExclusivity(_ categories: [OperationCategory]) throws(BatonError) {
+        try configureGate { gate throws(BatonError) in
+            var names = Set(gate.categories.map(\.laneName))
+            for category in categories {
+                guard !category.name.isEmpty else {
+                    throw .invalidArgument(operation: reference, reason: "a category's name must not be empty")
+                }
+                guard names.insert(category.laneName).inserted else {
+                    throw .invalidArgument(operation: reference, reason: "claims category \(category) twice")
+                }
+            }
+            gate.categories.append(contentsOf: categories)
+        }
+    }
+
+    /// The conditions added to the operation.
+    public var conditions: [Condition] {
+        core.withLock { $0.gate?.conditions ?? [] }
+    }
+
+    /// The categories the operation claims.
+    public var categories: [OperationCategory] {
+        core.withLock { $0.gate?.categories ?? [] }
+    }
+
+    private func configureGate(_ change: (OperationGate) throws(BatonError) -> Void) throws(BatonError) {
+        let problem: BatonError? = core.withLock { state in
+            guard state.life.isPending, state.gate?.admission.isClosed ?? true else {
+                return .invalidArgument(
+                    operation: reference, reason: "conditions and categories must be added before the operation starts")
+            }
+            let gate = state.gate ?? OperationGate()
+            do throws(BatonError) {
+                try change(gate)
+            } catch {
+                return error
+            }
+            state.gate = gate
+            return nil
+        }
+        if let problem { throw problem }
+    }
+
+    // MARK: - Beginning
+
+    /// `isReady` past the dependencies: `true` when there is no gate or it is passed. A queue that asks
+    /// about an operation it holds (and whose dependencies have finished) begins the passage, off this
+    /// thread: Foundation may ask under its own lock.
+    func gateAllowsStart() -> Bool {
+        // Linux's Foundation reads `isReady` once while it adds the operation, before it can schedule
+        // it: the gate begins when the queue considers it (added, or walked after a resume), never
+        // before. Where Foundation's record cannot be read (Apple platforms), any read begins it.
+        let inQueue = FoundationQueueState.isEnqueued(self) ?? true
+        let action: Admission.Action? = core.withLock { state in
+            guard let gate = state.gate else { return nil }
+            if gate.admission.isPassed { return nil }
+            guard inQueue, gate.admission.isClosed, state.life.isPending else { return Admission.Action.none }
+            return begin(gate, path: .announce, settled: state.isCancelled || state.life.early != nil)
+        }
+        guard let action else { return true }
+        if action != .none {
+            DispatchQueue.global().async { self.perform(action) }
+        }
+        return false
+    }
+
+    /// Called by a Baton entry point about to add the operation to `queue`: `true` to add it now. An
+    /// operation whose gate is still closed and whose dependencies have all finished passes it first,
+    /// outside the queue, and is added once it opens: waiting takes no worker and no place in the
+    /// queue's list.
+    func admitForLaunch(on queue: OperationQueue) -> Bool {
+        let gated = core.withLock { $0.gate.map { $0.admission.isClosed } ?? false }
+        guard gated, !queue.isSuspended, dependencies.allSatisfy(\.isFinished) else { return true }
+        let verdict = dependencyVerdict(dependencyPolicy)
+        let action: Admission.Action = core.withLock { state in
+            guard let gate = state.gate, gate.admission.isClosed else { return .none }
+            gate.launchTarget = queue
+            let settled = verdict != nil || state.isCancelled || state.life.early != nil
+            return begin(gate, path: .launch, settled: settled)
+        }
+        switch action {
+        case .none: return true
+        case .proceed: return takeLaunchTarget() != nil
+        default:
+            // A request granted at once comes back here as `proceed`: add it in this same call.
+            return perform(action, launching: true)
+        }
+    }
+
+    /// Feeds `begin` (under the lock). `settled`: the operation will not execute anyway.
+    func begin(_ gate: OperationGate, path: Admission.Path, settled: Bool) -> Admission.Action {
+        let action = gate.admission.begin(path, settled: settled, hasConditions: !gate.conditions.isEmpty)
+        if case .evaluate = action { gate.waitingSince.conditions = .now }
+        return action
+    }
+
+    private func takeLaunchTarget() -> OperationQueue? {
+        core.withLock { state in
+            defer { state.gate?.launchTarget = nil }
+            return state.gate?.launchTarget
+        }
+    }
+
+    // MARK: - Acting
+
+    /// Performs an admission action. With `launching`, a `proceed` along the launch path is not
+    /// performed but returned as `true` (the caller adds the operation).
+    @discardableResult
+    func perform(_ action: Admission.Action, launching: Bool = false) -> Bool {
+        switch action {
+        case .none:
+            return false
+        case .evaluate(let token):
+            DispatchQueue.global().async { self.evaluateConditions(token) }
+            return false
+        case .request(let token):
+            return request(token, launching: launching)
+        case .proceed(let path):
+            return proceed(path, launching: launching)
+        case .abandon(let path):
+            let evaluation = core.withLock { state in
+                defer { state.gate?.evaluation = nil }
+                return state.gate?.evaluation
+            }
+            evaluation?.abandon()
+            return proceed(path, launching: launching)
+        case .withdraw(_, let path):
+            Gatekeeper.withdraw(self)
+            return proceed(path, launching: launching)
+        case .giveBack:
+            return false
+        }
+    }
+
+    private func proceed(_ path: Admission.Path, launching: Bool) -> Bool {
+        switch path {
+        case .announce:
+            announceReady()
+        case .launch:
+            guard let queue = takeLaunchTarget() else { return false }
+            if launching { return true }
+            queue.addOperation(self)
+        case .start:
+            Trampoline.run { self.start() }
+        }
+        return false
+    }
+
+    private func announceReady() {
+        let tap = core.withLock { $0.notificationTap }
+        announce(.willChange(Self.isReadyKey), tap)
+        announce(.didChange(Self.isReadyKey), tap)
+    }
+
+    static let isReadyKey = "isReady"
+
+    // MARK: - Conditions
+
+    private func evaluateConditions(_ token: UInt64) {
+        let evaluation = Evaluation()
+        let started: (conditions: [Condition], queue: OperationQueue)? = core.withLock { state in
+            guard let gate = state.gate, gate.admission.stage == .evaluating(token) else { return nil }
+            gate.evaluation = evaluation
+            return (gate.conditions, gate.launchTarget ?? state.launchQueue ?? Gatekeeper.fallbackQueue)
+        }
+        guard let started else { return }
+        let context = ConditionContext(operation: self)
+        let remaining = Mutex(started.conditions.count)
+        for condition in started.conditions {
+            let answer = FirstAnswer { [weak self] result in
+                guard let self else { return }
+                switch result {
+                case .satisfied:
+                    let last = remaining.withLock { count -> Bool in
+                        count -= 1
+                        return count == 0
+                    }
+                    if last { self.conditionsAnswered(token, nil, evaluation) }
+                case .failed(let error):
+                    let failure = BatonError.conditionFailed(
+                        operation: self.reference, condition: condition.name, underlying: error)
+                    self.conditionsAnswered(token, .failed(failure), evaluation)
+                case .notSatisfied:
+                    self.conditionsAnswered(token, .cancelled, evaluation)
+                }
+            }
+            let timeout = condition.timeout
+            DispatchQueue.global().asyncAfter(deadline: timeout.deadlineFromNow) {
+                answer(.failed(BatonError.conditionTimedOut(condition: condition.name, after: timeout)))
+            }
+            condition.evaluate(context, in: evaluation, queue: started.queue) { answer($0) }
+        }
+    }
+
+    /// The conditions decided: `refusal` is the outcome the operation ends with unexecuted, or `nil`
+    /// when every condition is satisfied. The gate and the lifecycle take it in one step.
+    private func conditionsAnswered(
+        _ token: UInt64, _ refusal: Outcome<(any Sendable)?>?, _ evaluation: Evaluation
+    ) {
+        let action: Admission.Action = core.withLock { state in
+            guard let gate = state.gate else { return .none }
+            let action = gate.admission.answered(token, satisfied: refusal == nil)
+            guard action != .none else { return .none }
+            gate.evaluation = nil
+            if let since = gate.waitingSince.conditions { gate.waited.conditions = since.duration(to: .now) }
+            switch refusal {
+            case .failed?: _ = state.life.finish(refusal!, carriesResult: true)
+            case .cancelled?: _ = state.life.cancel()
+            case .succeeded?, nil: break
+            }
+            return action
+        }
+        // Whatever is still running is not wanted any more (a slow sibling's produced dependency).
+        evaluation.abandon()
+        perform(action)
+    }
+
+    // MARK: - Categories
+
+    /// Asks for the categories; granted at once, the gate opens on this thread.
+    private func request(_ token: UInt64, launching: Bool) -> Bool {
+        let (categories, parent) = core.withLock { state in
+            (state.gate?.categories ?? [], (state.gate?.launchTarget ?? state.launchQueue) as? ChildQueue)
+        }
+        let lanes = Self.lanes(for: categories, under: parent?.owner)
+        enum Asked {
+            case stale, waiting
+            case granted(Admission.Action)
+        }
+        // Asked under the operation's lock, so that a cancellation either comes first (and nothing is
+        // asked) or finds the request in the table to withdraw. The one nesting of the two locks: an
+        // operation's, then the table's; never the reverse.
+        let asked: Asked = core.withLock { state in
+            guard let gate = state.gate, gate.admission.stage == .waiting(token) else { return .stale }
+            gate.waitingSince.categories = .now
+            guard Gatekeeper.request(self, token: token, lanes: lanes) else { return .waiting }
+            gate.held = lanes
+            gate.waited.categories = .zero
+            return .granted(gate.admission.granted(token))
+        }
+        switch asked {
+        case .stale:
+            return false
+        case .waiting:
+            watchForSlowWait(token, categories: categories)
+            return false
+        case .granted(let action):
+            if launching, action == .proceed(.launch) { return takeLaunchTarget() != nil }
+            perform(action)
+            return false
+        }
+    }
+
+    /// The lane each category is claimed in: under the nearest ancestor composite that holds it (the
+    /// claim is inherited), or at the top.
+    static func lanes(for categories: [OperationCategory], under parent: AsyncOperation?) -> [Lane] {
+        categories.map { category in
+            let name = category.laneName
+            var ancestor = parent
+            while let current = ancestor {
+                let (holds, next) = current.core.withLock { state in
+                    (
+                        state.gate?.held.contains { $0.name == name } ?? false,
+                        ((state.gate?.launchTarget ?? state.launchQueue) as? ChildQueue)?.owner
+                    )
+                }
+                if holds { return Lane(name: name, under: current.serialNumber) }
+                ancestor = next
+            }
+            return Lane(name: name, under: 0)
+        }
+    }
+
+    /// A grant for the request of `token` arrived. Returns the lanes to give back when the request was
+    /// cancelled meanwhile; otherwise the gate is open and (with `performing`) the operation goes on.
+    func categoriesGranted(_ token: UInt64, lanes: [Lane]) -> [Lane]? {
+        let action: Admission.Action = core.withLock { state in
+            guard let gate = state.gate else { return .giveBack }
+            let action = gate.admission.granted(token)
+            if case .proceed = action {
+                gate.held = lanes
+                if let since = gate.waitingSince.categories { gate.waited.categories = since.duration(to: .now) }
+            }
+            return action
+        }
+        if action == .giveBack { return lanes }
+        perform(action)
+        return nil
+    }
+
+    private func watchForSlowWait(_ token: UInt64, categories: [OperationCategory]) {
+        guard let threshold = categories.compactMap(\.scope.slowWaitThreshold).min() else { return }
+        DispatchQueue.global().asyncAfter(deadline: threshold.deadlineFromNow) { [weak self] in
+            guard let self else { return }
+            let stillWaiting = self.core.withLock { $0.gate?.admission.stage == .waiting(token) }
+            if stillWaiting { Diagnostics.report(.waitedLongForCategory, self) }
+        }
+    }
+
+    // MARK: - Cancelling and finishing
+
+    /// The operation finished: what the gate held (or still asked for) is given back.
+    func releaseGate() {
+        let (release, lanes, evaluation): (Admission.Release, [Lane], Evaluation?) = core.withLock { state in
+            guard let gate = state.gate else { return (.none, [], nil) }
+            defer {
+                gate.held = []
+                gate.evaluation = nil
+                gate.launchTarget = nil
+            }
+            return (gate.admission.finish(), gate.held, gate.evaluation)
+        }
+        switch release {
+        case .none: break
+        case .lanes: Gatekeeper.release(lanes, by: self)
+        case .withdraw: Gatekeeper.withdraw(self)
+        case .abandon: evaluation?.abandon()
+        }
+    }
+
+    /// Whether a blocking wait for this operation, on a thread inside the `execute()` of an operation
+    /// holding categories, would wait for itself: this operation claims one of them and is not a
+    /// descendant of that holder. The reason, or `nil`.
+    func categoryDeadlockReason() -> String? {
+        let holders = Callouts.holders
+        guard !holders.isEmpty else { return nil }
+        let claimed = Set(core.withLock { $0.gate?.categories ?? [] })
+        guard !claimed.isEmpty else { return nil }
+        for holder in holders.reversed() where holder !== self {
+            let held = holder.core.withLock { $0.gate?.held.map(\.name) ?? [] }
+            if let category = claimed.first(where: { held.contains($0.laneName) }) {
+                return "it needs category \(category), which \(holder.reference) holds while it waits here"
+            }
+        }
+        return nil
+    }
+}

@@ -1,0 +1,235 @@
+import Dispatch
+import Foundation
+
+/// One evaluation of an operation's conditions. It can be abandoned (the operation was cancelled, or
+/// another condition decided): what is still running is stopped, and a produced dependency that no
+/// other operation waits for is cancelled.
+final class Evaluation: Sendable {
+    private let state = Mutex(Cleanups())
+
+    private struct Cleanups {
+        var abandoned = false
+        var list: [@Sendable () -> Void] = []
+    }
+
+    /// Runs `cleanup` when the evaluation is abandoned (at once if it already was).
+    func onAbandon(_ cleanup: @escaping @Sendable () -> Void) {
+        let now = state.withLock { state -> Bool in
+            if state.abandoned { return true }
+            state.list.append(cleanup)
+            return false
+        }
+        if now { cleanup() }
+    }
+
+    func abandon() {
+        let cleanups: [@Sendable () -> Void] = state.withLock { state in
+            guard !state.abandoned else { return [] }
+            state.abandoned = true
+            defer { state.list = [] }
+            return state.list
+        }
+        for cleanup in cleanups { cleanup() }
+    }
+
+    var isAbandoned: Bool { state.withLock { $0.abandoned } }
+}
+
+/// Passes on the first answer only: a condition that answers twice is answered once.
+final class FirstAnswer: Sendable {
+    private let answered = Mutex(false)
+    private let answer: @Sendable (ConditionResult) -> Void
+
+    init(_ answer: @escaping @Sendable (ConditionResult) -> Void) {
+        self.answer = answer
+    }
+
+    func callAsFunction(_ result: ConditionResult) {
+        let first = answered.withLock { answered -> Bool in
+            defer { answered = true }
+            return !answered
+        }
+        if first { answer(result) }
+    }
+}
+
+extension Condition {
+    /// Evaluates the condition: its produced dependency first (shared), then its body. Answers once.
+    func evaluate(
+        _ context: ConditionContext, in evaluation: Evaluation, queue: OperationQueue,
+        answer: @escaping @Sendable (ConditionResult) -> Void
+    ) {
+        let once = FirstAnswer(answer)
+        guard let producer else { return evaluateBody(context, in: evaluation, queue: queue, once) }
+        producer.attach(context, queue: queue, evaluation: evaluation) { outcome in
+            switch outcome {
+            case .succeeded: self.evaluateBody(context, in: evaluation, queue: queue, once)
+            case .failed(let error): once(.failed(error))
+            case .cancelled: once(.notSatisfied)
+            }
+        }
+    }
+
+    private func evaluateBody(
+        _ context: ConditionContext, in evaluation: Evaluation, queue: OperationQueue, _ once: FirstAnswer
+    ) {
+        guard !evaluation.isAbandoned else { return }
+        switch body {
+        case .test(let test):
+            test(context) { once($0) }
+        case .asyncTest(let test):
+            let task = Task { once(await test(context)) }
+            evaluation.onAbandon { task.cancel() }
+        case .all(let conditions):
+            guard !conditions.isEmpty else { return once(.satisfied) }
+            let remaining = Mutex(conditions.count)
+            for condition in conditions {
+                condition.evaluate(context, in: evaluation, queue: queue) { result in
+                    guard case .satisfied = result else { return once(result) }
+                    if remaining.withLock({ count -> Bool in
+                        count -= 1
+                        return count == 0
+                    }) {
+                        once(.satisfied)
+                    }
+                }
+            }
+        case .any(let conditions):
+            guard !conditions.isEmpty else { return once(.notSatisfied) }
+            let tally = Mutex((remaining: conditions.count, failure: (any Error)?.none))
+            for condition in conditions {
+                condition.evaluate(context, in: evaluation, queue: queue) { result in
+                    if case .satisfied = result { return once(.satisfied) }
+                    let last: ConditionResult? = tally.withLock { tally in
+                        if case .failed(let error) = result, tally.failure == nil { tally.failure = error }
+                        tally.remaining -= 1
+                        guard tally.remaining == 0 else { return nil }
+                        return tally.failure.map { .failed($0) } ?? .notSatisfied
+                    }
+                    if let last { once(last) }
+                }
+            }
+        case .not(let condition, let error):
+            condition.evaluate(context, in: evaluation, queue: queue) { result in
+                guard case .satisfied = result else { return once(.satisfied) }
+                once(error.map { .failed($0) } ?? .notSatisfied)
+            }
+        case .silent(let condition):
+            condition.evaluate(context, in: evaluation, queue: queue) { result in
+                if case .failed = result { return once(.notSatisfied) }
+                once(result)
+            }
+        }
+    }
+}
+
+/// A condition's produced dependency: made and run once for every operation that waits on the
+/// condition, and cancelled when the last of them stops waiting before it finished.
+final class Producer: Sendable {
+    private let make: @Sendable (ConditionContext) -> Operation
+    private let state = Mutex(ProducerState())
+
+    enum Result: Sendable {
+        case succeeded
+        case failed(any Error)
+        case cancelled
+    }
+
+    private struct ProducerState {
+        enum Phase {
+            case idle
+            /// Being made, or running: `generation` tells this run's completion from an abandoned one's.
+            case running(operation: UncheckedSendable<Operation>?)
+            case done(Result)
+        }
+        var phase = Phase.idle
+        var generation: UInt64 = 0
+        var waiters: [UInt64: @Sendable (Result) -> Void] = [:]
+        var nextWaiter: UInt64 = 0
+    }
+
+    init(make: @escaping @Sendable (ConditionContext) -> Operation) {
+        self.make = make
+    }
+
+    /// Calls `done` with the produced operation's result, making and launching it on `queue` if nobody
+    /// has yet. Abandoning `evaluation` stops waiting.
+    func attach(
+        _ context: ConditionContext, queue: OperationQueue, evaluation: Evaluation,
+        done: @escaping @Sendable (Result) -> Void
+    ) {
+        enum Step {
+            case finished(Result)
+            case wait(UInt64)
+            case make(UInt64, generation: UInt64)
+        }
+        let step: Step = state.withLock { state in
+            if case .done(let result) = state.phase { return .finished(result) }
+            state.nextWaiter += 1
+            let token = state.nextWaiter
+            state.waiters[token] = done
+            guard case .idle = state.phase else { return .wait(token) }
+            state.generation += 1
+            state.phase = .running(operation: nil)
+            return .make(token, generation: state.generation)
+        }
+        switch step {
+        case .finished(let result):
+            done(result)
+        case .wait(let token):
+            evaluation.onAbandon { self.detach(token) }
+        case .make(let token, let generation):
+            evaluation.onAbandon { self.detach(token) }
+            launch(make(context), generation: generation, on: queue)
+        }
+    }
+
+    private func launch(_ operation: Operation, generation: UInt64, on queue: OperationQueue) {
+        let current = state.withLock { state -> Bool in
+            guard state.generation == generation, case .running(nil) = state.phase else { return false }
+            state.phase = .running(operation: UncheckedSendable(value: operation))
+            return true
+        }
+        // Everyone stopped waiting while it was being made: it is never launched.
+        guard current else { return }
+        do {
+            try operation.claim()
+        } catch {
+            return finished(generation, .failed(error))
+        }
+        operation.observeCompletionOnce { [weak operation] in
+            let result: Result
+            switch operation?.observedOutcome ?? .cancelled {
+            case .succeeded: result = .succeeded
+            case .failed(let error): result = .failed(error)
+            case .cancelled: result = .cancelled
+            }
+            self.finished(generation, result)
+        }
+        queue.launch(operation)
+    }
+
+    private func finished(_ generation: UInt64, _ result: Result) {
+        let waiters: [@Sendable (Result) -> Void] = state.withLock { state in
+            guard state.generation == generation, case .running = state.phase else { return [] }
+            state.phase = .done(result)
+            defer { state.waiters = [:] }
+            return Array(state.waiters.values)
+        }
+        for waiter in waiters { waiter(result) }
+    }
+
+    /// A waiter stops waiting; the last one cancels the produced operation (a later waiter makes a new
+    /// one).
+    private func detach(_ token: UInt64) {
+        let abandoned: Operation? = state.withLock { state in
+            guard state.waiters.removeValue(forKey: token) != nil, state.waiters.isEmpty,
+                case .running(let operation) = state.phase
+            else { return nil }
+            state.phase = .idle
+            state.generation += 1
+            return operation?.value
+        }
+        abandoned?.cancelHeld()
+    }
+}

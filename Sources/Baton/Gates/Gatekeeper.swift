@@ -1,0 +1,90 @@
+import Dispatch
+import Foundation
+
+/// The process's one claim table, behind one lock: every grant, release and withdrawal of every scope
+/// is decided here, so a request that spans scopes is still all or none. Waiters are woken after the
+/// lock is released, in a loop (a woken request that was cancelled meanwhile gives its categories back,
+/// which may wake the next one, without recursing).
+enum Gatekeeper {
+    /// A waiting operation and the token its admission asked with.
+    struct Waiter {
+        let operation: AsyncOperation
+        let token: UInt64
+        let lanes: [Lane]
+    }
+
+    private static let table = Mutex(ClaimTable<Waiter>())
+
+    /// The queue a produced dependency runs on when the operation's own queue is unknown (it was added
+    /// with Foundation's `addOperation`).
+    static let fallbackQueue: OperationQueue = {
+        let queue = OperationQueue()
+        queue.name = "Baton produced dependencies"
+        return queue
+    }()
+
+    /// Asks for `lanes` for `operation`; `true` when granted now.
+    static func request(_ operation: AsyncOperation, token: UInt64, lanes: [Lane]) -> Bool {
+        let waiter = Waiter(operation: operation, token: token, lanes: lanes)
+        return table.withLock { $0.request(operation.serialNumber, lanes: lanes, waiter: waiter) }
+    }
+
+    /// Gives back `lanes`, held by `operation`, and wakes whoever that lets through.
+    static func release(_ lanes: [Lane], by operation: AsyncOperation) {
+        guard !lanes.isEmpty else { return }
+        wake(table.withLock { $0.release(lanes, by: operation.serialNumber) })
+    }
+
+    /// Takes back `operation`'s waiting request. `false` when it was not waiting (its grant is on its
+    /// way, and will be given back).
+    @discardableResult
+    static func withdraw(_ operation: AsyncOperation) -> Bool {
+        guard let granted = table.withLock({ $0.withdraw(operation.serialNumber) }) else { return false }
+        wake(granted)
+        return true
+    }
+
+    static func setLimit(_ limit: Int, of name: Lane.Name) {
+        wake(table.withLock { $0.setLimit(limit, of: name) })
+    }
+
+    static func limit(of name: Lane.Name) -> Int {
+        table.withLock { $0.limit(of: name) }
+    }
+
+    /// Serial numbers of the operations holding `lane`.
+    static func holders(of lane: Lane) -> [UInt64] {
+        table.withLock { $0.holders(of: lane) }
+    }
+
+    /// Whether nothing is held and nobody waits (tests check it once their operations finished).
+    static var isIdle: Bool {
+        table.withLock { $0.isIdle }
+    }
+
+    private static func wake(_ granted: [(UInt64, Waiter)]) {
+        var pending = granted
+        while let (_, waiter) = pending.popLast() {
+            if let giveBack = waiter.operation.categoriesGranted(waiter.token, lanes: waiter.lanes) {
+                pending.append(
+                    contentsOf: table.withLock { $0.release(giveBack, by: waiter.operation.serialNumber) })
+            }
+        }
+    }
+}
+
+/// The internal queue of a composite, which knows its owner: a child launched on it inherits the
+/// categories the owner holds.
+final class ChildQueue: OperationQueue, @unchecked Sendable {
+    private let ownerBox = Mutex(WeakOwner())
+
+    private struct WeakOwner {
+        weak var operation: AsyncOperation?
+    }
+
+    /// The composite whose children run here.
+    var owner: AsyncOperation? {
+        get { ownerBox.withLock { $0.operation } }
+        set { ownerBox.withLock { $0.operation = newValue } }
+    }
+}

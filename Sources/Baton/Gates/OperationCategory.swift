@@ -1,0 +1,123 @@
+/// A shared resource that operations claim: at most ``ExclusivityScope/limit(of:)`` operations holding
+/// it execute at a time (one unless you set a limit).
+///
+/// Name it with a string or a type; categories with the same name in the same scope are the same
+/// category.
+///
+/// ```swift
+/// let writer = SaveRecords()
+/// try writer.addExclusivity("database")        // one database writer at a time
+/// try download.addExclusivity(OperationCategory("downloads", in: networking))
+/// ```
+public struct OperationCategory: Hashable, Sendable, CustomStringConvertible, ExpressibleByStringLiteral {
+    /// The category's name.
+    public let name: String
+    /// The scope whose limits and lines the category belongs to.
+    public let scope: ExclusivityScope
+
+    /// A category named `name` in `scope` (the process-wide one unless given).
+    ///
+    /// - Parameters:
+    ///   - name: The name; an empty name is refused when an operation claims it.
+    ///   - scope: The scope; the process-wide ``ExclusivityScope/process`` by default.
+    public init(_ name: String, in scope: ExclusivityScope = .process) {
+        self.name = name
+        self.scope = scope
+    }
+
+    /// A category named after a type (its fully qualified name), such as a model or a store.
+    ///
+    /// - Parameters:
+    ///   - type: The type.
+    ///   - scope: The scope; the process-wide ``ExclusivityScope/process`` by default.
+    public init(_ type: Any.Type, in scope: ExclusivityScope = .process) {
+        self.init(String(reflecting: type), in: scope)
+    }
+
+    /// A category in the process-wide scope, written as a string literal.
+    ///
+    /// - Parameter value: The name.
+    public init(stringLiteral value: String) {
+        self.init(value)
+    }
+
+    /// The name, quoted, and the scope when it is not the process-wide one.
+    public var description: String {
+        scope === ExclusivityScope.process ? "'\(name)'" : "'\(name)' in \(scope.name)"
+    }
+
+    var laneName: Lane.Name { Lane.Name(scope: ObjectIdentifier(scope), category: name) }
+}
+
+/// A namespace of categories with their own limits: a subsystem keeps its categories apart from the
+/// process-wide default, so a "database" of one library never excludes another's.
+///
+/// ```swift
+/// let networking = ExclusivityScope("networking")
+/// try networking.setLimit(4, for: "downloads")     // four downloads at a time
+/// try download.addExclusivity(OperationCategory("downloads", in: networking))
+/// ```
+///
+/// Every scope's claims are decided under one lock, so an operation may claim categories of several
+/// scopes and still gets all of them at once or none.
+public final class ExclusivityScope: Sendable, Hashable, CustomStringConvertible {
+    /// The process-wide scope, used by categories that name no other.
+    public static let process = ExclusivityScope("process")
+
+    /// The scope's name, shown in messages.
+    public let name: String
+    private let settings = Mutex(Settings())
+
+    private struct Settings {
+        var slowWait: Duration?
+    }
+
+    /// A scope named `name` (names need not be unique; scopes are told apart by identity).
+    ///
+    /// - Parameter name: The name shown in messages.
+    public init(_ name: String) {
+        self.name = name
+    }
+
+    /// Lets `limit` operations hold `category` at once (throttling; exclusivity is a limit of 1).
+    ///
+    /// Raising a limit lets waiting operations through at once; lowering it lets holders finish and
+    /// admits new ones only when the count is below the new limit.
+    ///
+    /// - Parameters:
+    ///   - limit: How many may hold it at once; at least 1.
+    ///   - category: The category's name in this scope.
+    /// - Throws: ``BatonError/invalidLimit(category:limit:)`` when `limit` is below 1 or the name is
+    ///   empty.
+    public func setLimit(_ limit: Int, for category: String) throws(BatonError) {
+        guard limit >= 1, !category.isEmpty else {
+            throw .invalidLimit(category: OperationCategory(category, in: self).description, limit: limit)
+        }
+        Gatekeeper.setLimit(limit, of: Lane.Name(scope: ObjectIdentifier(self), category: category))
+    }
+
+    /// How many operations may hold `category` at once.
+    ///
+    /// - Parameter category: The category's name in this scope.
+    /// - Returns: The limit (1 unless set).
+    public func limit(of category: String) -> Int {
+        Gatekeeper.limit(of: Lane.Name(scope: ObjectIdentifier(self), category: category))
+    }
+
+    /// When set, an operation that has waited for a category of this scope longer than this is
+    /// reported to ``Diagnostics`` (``Diagnostic/Kind/waitedLongForCategory``), once per wait. `nil`
+    /// (the default) reports nothing.
+    public var slowWaitThreshold: Duration? {
+        get { settings.withLock { $0.slowWait } }
+        set { settings.withLock { $0.slowWait = newValue } }
+    }
+
+    /// Scopes are equal when they are the same object.
+    public static func == (lhs: ExclusivityScope, rhs: ExclusivityScope) -> Bool { lhs === rhs }
+
+    /// Hashes the scope's identity.
+    public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+
+    /// The scope's name.
+    public var description: String { name }
+}

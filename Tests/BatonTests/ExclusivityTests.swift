@@ -1,0 +1,369 @@
+import Dispatch
+import Foundation
+import XCTest
+
+@testable import Baton
+
+/// Counts how many operations of one lane execute at once, and the most ever seen.
+final class ConcurrencyMeter: Sendable {
+    private let counts = Locked((now: 0, most: 0, total: 0))
+    var most: Int { counts.value.most }
+    var total: Int { counts.value.total }
+    func enter() {
+        counts.mutate {
+            $0.now += 1
+            $0.total += 1
+            $0.most = max($0.most, $0.now)
+        }
+    }
+    func leave() { counts.mutate { $0.now -= 1 } }
+}
+
+/// Executes for a moment on another thread, measured by a meter (or several).
+final class MeteredOperation: AsyncOperation, @unchecked Sendable {
+    let meters: [ConcurrencyMeter]
+    let fails: Bool
+    init(_ meters: ConcurrencyMeter..., fails: Bool = false, name: String? = nil) {
+        self.meters = meters
+        self.fails = fails
+        super.init()
+        self.name = name
+    }
+    override func execute() {
+        for meter in meters { meter.enter() }
+        DispatchQueue.global().async {
+            for meter in self.meters { meter.leave() }
+            if self.fails { self.finish(throwing: TestError(code: 1)) } else { self.finish() }
+        }
+    }
+}
+
+final class ExclusivityTests: BatonTestCase {
+    // MARK: - The table, as a pure value
+
+    func testTheTableGrantsAllOrNoneInOneOrderWithoutBarging() {
+        let scope = ObjectIdentifier(ExclusivityScope.process)
+        let a = Lane(name: .init(scope: scope, category: "a"), under: 0)
+        let b = Lane(name: .init(scope: scope, category: "b"), under: 0)
+        var table = ClaimTable<String>()
+        XCTAssertTrue(table.request(1, lanes: [a], waiter: "one"))
+        XCTAssertFalse(table.request(2, lanes: [a, b], waiter: "two"), "a is held")
+        XCTAssertFalse(table.request(3, lanes: [b], waiter: "three"), "b is free but two is ahead in its line")
+        XCTAssertEqual(table.release([a], by: 1).map(\.1), ["two"])
+        XCTAssertEqual(table.release([a, b], by: 2).map(\.1), ["three"])
+        XCTAssertEqual(table.release([b], by: 3).count, 0)
+        XCTAssertTrue(table.isIdle)
+    }
+
+    func testTheTableLetsAWithdrawnHeadsSuccessorThrough() {
+        let scope = ObjectIdentifier(ExclusivityScope.process)
+        let a = Lane(name: .init(scope: scope, category: "a"), under: 0)
+        let b = Lane(name: .init(scope: scope, category: "b"), under: 0)
+        var table = ClaimTable<String>()
+        XCTAssertTrue(table.request(1, lanes: [a], waiter: "one"))
+        XCTAssertFalse(table.request(2, lanes: [a, b], waiter: "two"))
+        XCTAssertFalse(table.request(3, lanes: [b], waiter: "three"))
+        XCTAssertEqual(table.withdraw(2)?.map(\.1), ["three"], "two blocked b's line; its departure lets three in")
+        XCTAssertNil(table.withdraw(2), "already gone")
+        XCTAssertEqual(table.release([a], by: 1).count, 0)
+        XCTAssertEqual(table.release([b], by: 3).count, 0)
+        XCTAssertTrue(table.isIdle)
+    }
+
+    func testTheTableHonoursLimits() {
+        let name = Lane.Name(scope: ObjectIdentifier(ExclusivityScope.process), category: "n")
+        let lane = Lane(name: name, under: 0)
+        var table = ClaimTable<Int>()
+        _ = table.setLimit(2, of: name)
+        XCTAssertTrue(table.request(1, lanes: [lane], waiter: 1))
+        XCTAssertTrue(table.request(2, lanes: [lane], waiter: 2))
+        XCTAssertFalse(table.request(3, lanes: [lane], waiter: 3))
+        XCTAssertFalse(table.request(4, lanes: [lane], waiter: 4))
+        XCTAssertEqual(table.setLimit(3, of: name).map(\.1), [3], "raising the limit lets the head through")
+        XCTAssertEqual(table.release([lane], by: 1).map(\.1), [4])
+        for id in [2, 3, 4] as [UInt64] { _ = table.release([lane], by: id) }
+        XCTAssertTrue(table.isIdle)
+    }
+
+    // MARK: - At most N at a time
+
+    func testAtMostOneHolderExecutesAtATimeInAFoundationQueue() {
+        let scope = ExclusivityScope("foundation queue")
+        let meter = ConcurrencyMeter()
+        let queue = OperationQueue()
+        let operations = (0..<200).map { _ in MeteredOperation(meter) }
+        for operation in operations { XCTAssertNoThrow(try operation.addExclusivity(OperationCategory("x", in: scope))) }
+        queue.addOperations(operations, waitUntilFinished: false)
+        for operation in operations { waitFinished(operation) }
+        XCTAssertEqual(meter.most, 1)
+        XCTAssertEqual(meter.total, 200)
+        XCTAssertTrue(operations.allSatisfy { $0.outcome?.isSuccess == true })
+        XCTAssertTrue(eventually { Gatekeeper.isIdle })
+    }
+
+    func testAtMostOneHolderExecutesAtATimeInAGroup() throws {
+        let scope = ExclusivityScope("group")
+        let meter = ConcurrencyMeter()
+        let children = (0..<500).map { _ in MeteredOperation(meter) }
+        for child in children { try child.addExclusivity(OperationCategory("x", in: scope)) }
+        try GroupOperation(operations: children).run(timeout: .seconds(bulkTimeout))
+        XCTAssertEqual(meter.most, 1)
+        XCTAssertEqual(meter.total, 500)
+    }
+
+    func testALimitOfFourLetsFourThrough() throws {
+        let scope = ExclusivityScope("limits")
+        try scope.setLimit(4, for: "downloads")
+        XCTAssertEqual(scope.limit(of: "downloads"), 4)
+        let meter = ConcurrencyMeter()
+        let children = (0..<400).map { _ in MeteredOperation(meter) }
+        for child in children { try child.addExclusivity(OperationCategory("downloads", in: scope)) }
+        try GroupOperation(operations: children).run(timeout: .seconds(bulkTimeout))
+        XCTAssertLessThanOrEqual(meter.most, 4)
+        XCTAssertEqual(meter.total, 400)
+    }
+
+    // MARK: - The deadlock shapes
+
+    func testOppositeOrdersOfTwoCategoriesNeverDeadlock() throws {
+        let scope = ExclusivityScope("opposite orders")
+        let (a, b) = (OperationCategory("A", in: scope), OperationCategory("B", in: scope))
+        let meterA = ConcurrencyMeter()
+        let meterB = ConcurrencyMeter()
+        var children: [Operation] = []
+        for _ in 0..<10_000 {
+            let first = MeteredOperation(meterA, meterB)
+            try first.addExclusivity(a, b)
+            let second = MeteredOperation(meterB, meterA)
+            try second.addExclusivity(b, a)
+            children += [first, second]
+        }
+        try GroupOperation(operations: children).run(timeout: .seconds(bulkTimeout))
+        XCTAssertEqual(meterA.most, 1)
+        XCTAssertEqual(meterB.most, 1)
+        XCTAssertEqual(meterA.total, 20_000)
+    }
+
+    func testAnExclusiveGroupsChildrenInheritItsCategoryAndExcludeEachOther() throws {
+        let scope = ExclusivityScope("inherited")
+        let database = OperationCategory("database", in: scope)
+        let meter = ConcurrencyMeter()
+        let children = (0..<50).map { _ in MeteredOperation(meter) }
+        for child in children { try child.addExclusivity(database) }
+        let group = GroupOperation(operations: children)
+        try group.addExclusivity(database)
+        let nested = SequenceOperation<Void>(operations: [group])
+        try nested.addExclusivity(database)
+        try nested.run(timeout: .seconds(testTimeout))
+        XCTAssertEqual(meter.total, 50)
+        XCTAssertEqual(meter.most, 1, "children contend with each other, under the group that holds it")
+    }
+
+    func testAnExclusiveOperationWhoseDependencyClaimsTheSameCategoryRuns() throws {
+        let scope = ExclusivityScope("dependency")
+        let x = OperationCategory("x", in: scope)
+        let dependency = MeteredOperation(ConcurrencyMeter())
+        try dependency.addExclusivity(x)
+        let dependent = MeteredOperation(ConcurrencyMeter())
+        try dependent.addExclusivity(x)
+        dependent.addDependency(dependency)
+        let queue = OperationQueue()
+        queue.addOperations([dependent, dependency], waitUntilFinished: false)
+        waitFinished(dependent)
+        XCTAssertEqual(dependent.outcome?.isSuccess, true)
+    }
+
+    func testAWaiterOnASerialQueueDoesNotTakeTheWorkerTheHolderNeeds() throws {
+        let scope = ExclusivityScope("serial")
+        let x = OperationCategory("x", in: scope)
+        let serial = OperationQueue()
+        serial.maxConcurrentOperationCount = 1
+        // The holder runs elsewhere and finishes only after `helper` ran on the serial queue.
+        let helper = BlockOperation {}
+        let holder = AsyncBlockOperation { operation in
+            helper.completionBlock = { operation.finish() }
+            serial.addOperation(helper)
+        }
+        try holder.addExclusivity(x)
+        let holderStarted = Gate()
+        holder.onStart { holderStarted.open() }
+        OperationQueue().addOperation(holder)
+        holderStarted.wait()
+        // The waiter is first in the serial queue; waiting, it must leave the worker to `helper`.
+        let waiter = MeteredOperation(ConcurrencyMeter())
+        try waiter.addExclusivity(x)
+        serial.addOperation(waiter)
+        waitFinished(waiter)
+        XCTAssertEqual(holder.outcome?.isSuccess, true)
+        XCTAssertEqual(waiter.outcome?.isSuccess, true)
+    }
+
+    func testAnOperationInASuspendedQueueDoesNotHoldItsCategory() throws {
+        let scope = ExclusivityScope("suspended")
+        let x = OperationCategory("x", in: scope)
+        let suspended = OperationQueue()
+        suspended.isSuspended = true
+        let parked = MeteredOperation(ConcurrencyMeter())
+        try parked.addExclusivity(x)
+        suspended.addOperation(parked)
+        let other = MeteredOperation(ConcurrencyMeter())
+        try other.addExclusivity(x)
+        OperationQueue().addOperation(other)
+        waitFinished(other)
+        XCTAssertEqual(other.outcome?.isSuccess, true)
+        XCTAssertFalse(parked.isFinished)
+        suspended.isSuspended = false
+        waitFinished(parked)
+        XCTAssertEqual(parked.outcome?.isSuccess, true)
+    }
+
+    func testABlockingWaitInsideAHolderForAnOperationThatNeedsItsCategoryIsRefused() throws {
+        let scope = ExclusivityScope("self wait")
+        let x = OperationCategory("x", in: scope)
+        let refusal = Locked<BatonError?>(nil)
+        let holder = AsyncBlockOperation { operation in
+            let inner = MeteredOperation(ConcurrencyMeter(), name: "inner")
+            try? inner.addExclusivity(x)
+            do {
+                try inner.run(timeout: .seconds(testTimeout))
+            } catch {
+                refusal.mutate { $0 = error as? BatonError }
+            }
+            operation.finish()
+        }
+        holder.name = "holder"
+        try holder.addExclusivity(x)
+        try holder.run(timeout: .seconds(testTimeout))
+        guard case .wouldDeadlock(let operation, let reason)? = refusal.value else {
+            return XCTFail("expected wouldDeadlock, got \(String(describing: refusal.value))")
+        }
+        XCTAssertEqual(operation.name, "inner")
+        XCTAssertTrue(reason.contains("'x'") && reason.contains("holder"), reason)
+    }
+
+    // MARK: - Leaving the line
+
+    func testCancellingAWaiterTakesItOutOfTheLineAndTheNextGetsTheCategory() throws {
+        let scope = ExclusivityScope("cancel waiter")
+        let x = OperationCategory("x", in: scope)
+        let holder = ManualOperation(name: "holder")
+        try holder.addExclusivity(x)
+        let queue = OperationQueue()
+        queue.addOperation(holder)
+        holder.started.wait()
+        let freed = Gate()
+        var next: MeteredOperation?
+        inScope {
+            let cancelled = TrackedOperation(freed: freed)
+            try? cancelled.addExclusivity(x)
+            next = MeteredOperation(ConcurrencyMeter())
+            try? next!.addExclusivity(x)
+            queue.addOperation(cancelled)
+            queue.addOperation(next!)
+            cancelled.cancel()
+            waitFinished(cancelled)
+            XCTAssertEqual(cancelled.outcome?.isCancelled, true)
+            XCTAssertFalse(holder.isFinished, "it left the line while the holder still held the category")
+        }
+        freed.wait()
+        holder.finish(with: 1)
+        waitFinished(next!)
+        XCTAssertEqual(next!.outcome?.isSuccess, true)
+        XCTAssertTrue(eventually { Gatekeeper.isIdle })
+    }
+
+    func testAFailedHolderReleasesItsCategory() throws {
+        let scope = ExclusivityScope("failed holder")
+        let x = OperationCategory("x", in: scope)
+        let failing = MeteredOperation(ConcurrencyMeter(), fails: true)
+        try failing.addExclusivity(x)
+        let after = MeteredOperation(ConcurrencyMeter())
+        try after.addExclusivity(x)
+        after.dependencyPolicy = .runRegardless
+        after.addDependency(failing)
+        let queue = OperationQueue()
+        queue.addOperations([failing, after], waitUntilFinished: false)
+        waitFinished(after)
+        XCTAssertNotNil(failing.outcome?.error)
+        XCTAssertEqual(after.outcome?.isSuccess, true)
+    }
+
+    func testCancellationRacingTheGrantNeverLeaksTheCategory() throws {
+        let scope = ExclusivityScope("race")
+        let x = OperationCategory("x", in: scope)
+        let queue = OperationQueue()
+        for _ in 0..<300 {
+            let holder = ManualOperation()
+            try holder.addExclusivity(x)
+            queue.addOperation(holder)
+            holder.started.wait()
+            let waiter = MeteredOperation(ConcurrencyMeter())
+            try waiter.addExclusivity(x)
+            queue.addOperation(waiter)
+            let go = Gate()
+            let both = DispatchGroup()
+            DispatchQueue.global().async(group: both) {
+                go.wait()
+                holder.finish(with: 0)
+            }
+            DispatchQueue.global().async(group: both) {
+                go.wait()
+                waiter.cancel()
+            }
+            go.open()
+            go.open()
+            XCTAssertEqual(both.wait(timeout: .now() + testTimeout), .success)
+            waitFinished(waiter)
+            XCTAssertTrue(waiter.outcome?.isCancelled == true || waiter.outcome?.isSuccess == true)
+        }
+        // Whatever each race decided, the category is free: one more operation gets it.
+        let last = MeteredOperation(ConcurrencyMeter())
+        try last.addExclusivity(x)
+        queue.addOperation(last)
+        waitFinished(last)
+        XCTAssertEqual(last.outcome?.isSuccess, true)
+        XCTAssertTrue(eventually { Gatekeeper.isIdle })
+    }
+
+    // MARK: - Bad input
+
+    func testBadClaimsAreRefusedWithTheCulpritNamed() throws {
+        let operation = MeteredOperation(ConcurrencyMeter(), name: "writer")
+        XCTAssertThrowsError(try operation.addExclusivity("")) { error in
+            guard case BatonError.invalidArgument(let culprit, _) = error else { return XCTFail("\(error)") }
+            XCTAssertEqual(culprit.name, "writer")
+        }
+        XCTAssertThrowsError(try operation.addExclusivity("db", "db")) { error in
+            guard case BatonError.invalidArgument(_, let reason) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(reason.contains("'db' twice"), reason)
+        }
+        XCTAssertEqual(operation.categories, [], "a refused call adds nothing")
+        XCTAssertThrowsError(try ExclusivityScope("s").setLimit(0, for: "db")) { error in
+            guard case BatonError.invalidLimit(let category, 0) = error else { return XCTFail("\(error)") }
+            XCTAssertEqual(category, "'db' in s")
+        }
+        XCTAssertThrowsError(try ExclusivityScope("s").setLimit(2, for: ""))
+        try operation.run(timeout: .seconds(testTimeout))
+        XCTAssertThrowsError(try operation.addExclusivity("late")) { error in
+            guard case BatonError.invalidArgument(_, let reason) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(reason.contains("before the operation starts"), reason)
+        }
+    }
+
+    func testASlowWaitIsReported() throws {
+        let scope = ExclusivityScope("slow")
+        scope.slowWaitThreshold = .milliseconds(20)
+        let x = OperationCategory("x", in: scope)
+        let holder = ManualOperation()
+        try holder.addExclusivity(x)
+        let queue = OperationQueue()
+        queue.addOperation(holder)
+        holder.started.wait()
+        let waiter = MeteredOperation(ConcurrencyMeter())
+        try waiter.addExclusivity(x)
+        queue.addOperation(waiter)
+        XCTAssertTrue(eventually { self.diagnostics.kinds(for: waiter).contains(.waitedLongForCategory) })
+        holder.finish(with: 0)
+        waitFinished(waiter)
+    }
+}
