@@ -159,6 +159,46 @@ final class ExclusivityTests: BatonTestCase {
         XCTAssertEqual(meter.most, 1, "children contend with each other, under the group that holds it")
     }
 
+    func testAChildClaimingACategoryItsHoldingGroupDoesNotHoldIsRefusedNotDeadlocked() throws {
+        // The shape: a group holds x while a child of it asks for y, and an operation that wants
+        // {x, y} heads y's line. The group would hold x and wait for y; refused at once instead.
+        let scope = ExclusivityScope("hold and wait")
+        let (x, y) = (OperationCategory("x", in: scope), OperationCategory("y", in: scope))
+        let child = MeteredOperation(ConcurrencyMeter(), name: "child")
+        try child.addExclusivity(x, y)
+        let group = GroupOperation(operations: [child])
+        group.name = "group"
+        try group.addExclusivity(x)
+        let rival = MeteredOperation(ConcurrencyMeter(), name: "rival")
+        try rival.addExclusivity(x, y)
+        let queue = OperationQueue()
+        queue.addOperations([group, rival], waitUntilFinished: false)
+        waitFinished(group)
+        waitFinished(rival)
+        XCTAssertEqual(rival.outcome?.isSuccess, true)
+        guard case .failed(BatonError.wouldDeadlock(let operation, let reason))? = child.outcome else {
+            return XCTFail("expected wouldDeadlock, got \(String(describing: child.outcome))")
+        }
+        XCTAssertEqual(operation.name, "child")
+        XCTAssertTrue(reason.contains("'y' in hold and wait") && reason.contains("group"), reason)
+        XCTAssertEqual(child.meters[0].total, 0, "refused unexecuted")
+    }
+
+    func testChildrenClaimingOnlyWhatTheirGroupHoldsRunUnderItHoweverDeep() throws {
+        let scope = ExclusivityScope("nested holders")
+        let (x, y) = (OperationCategory("x", in: scope), OperationCategory("y", in: scope))
+        let meter = ConcurrencyMeter()
+        let leaves = (0..<20).map { _ in MeteredOperation(meter) }
+        for leaf in leaves { try leaf.addExclusivity(y) }
+        let inner = GroupOperation(operations: leaves)
+        try inner.addExclusivity(y)
+        let outer = GroupOperation(operations: [inner])
+        try outer.addExclusivity(x, y)
+        try outer.run(timeout: .seconds(testTimeout))
+        XCTAssertEqual(meter.total, 20)
+        XCTAssertEqual(meter.most, 1)
+    }
+
     func testAnExclusiveOperationWhoseDependencyClaimsTheSameCategoryRuns() throws {
         let scope = ExclusivityScope("dependency")
         let x = OperationCategory("x", in: scope)
@@ -365,5 +405,62 @@ final class ExclusivityTests: BatonTestCase {
         XCTAssertTrue(eventually { self.diagnostics.kinds(for: waiter).contains(.waitedLongForCategory) })
         holder.finish(with: 0)
         waitFinished(waiter)
+    }
+
+    // MARK: - Visibility
+
+    func testTheRecorderShowsWhatAWaiterWaitsForWhoHoldsItAndHowLongItWaited() throws {
+        let scope = ExclusivityScope("visible")
+        let x = OperationCategory("x", in: scope)
+        let holder = ManualOperation(name: "holder")
+        try holder.addExclusivity(x)
+        OperationQueue().addOperation(holder)
+        holder.started.wait()
+
+        let waiter = MeteredOperation(ConcurrencyMeter(), name: "waiter")
+        try waiter.addExclusivity(x)
+        try waiter.addCondition(.block("ready") { true })
+        let group = GroupOperation(operations: [waiter])
+        let recorder = FlightRecorder()
+        recorder.attach(to: group)
+        OperationQueue().addOperation(group)
+        XCTAssertTrue(
+            eventually { recorder.textTree(of: group).contains("waiting for 'x' in visible, held by holder") },
+            recorder.textTree(of: group))
+
+        holder.finish(with: 0)
+        waitFinished(group)
+        XCTAssertEqual(group.outcome?.isSuccess, true)
+        let record = try XCTUnwrap(recorder.records.first { $0.name == "waiter" })
+        XCTAssertEqual(record.waits.map(\.what), ["conditions", "'x' in visible"])
+        for wait in record.waits { XCTAssertLessThanOrEqual(wait.began, wait.ended) }
+        let started = try XCTUnwrap(record.startedAt)
+        XCTAssertLessThanOrEqual(try XCTUnwrap(record.waits.last).ended, started + .milliseconds(1))
+        XCTAssertFalse(recorder.textTree(of: group).contains("waiting for"), "nothing waits any more")
+        XCTAssertTrue(recorder.export(.chromeTrace).contains("waiting for 'x' in visible"))
+        XCTAssertTrue(recorder.export(.graphviz).contains("for 'x' in visible"))
+    }
+
+    func testACancelledWaiterRecordsTheWaitItGaveUp() throws {
+        let scope = ExclusivityScope("visible cancel")
+        let x = OperationCategory("x", in: scope)
+        let holder = ManualOperation(name: "holder")
+        try holder.addExclusivity(x)
+        OperationQueue().addOperation(holder)
+        holder.started.wait()
+        let waiter = MeteredOperation(ConcurrencyMeter(), name: "waiter")
+        try waiter.addExclusivity(x)
+        let group = GroupOperation(operations: [waiter])
+        let recorder = FlightRecorder()
+        recorder.attach(to: group)
+        OperationQueue().addOperation(group)
+        XCTAssertTrue(eventually { recorder.textTree(of: group).contains("waiting for 'x'") })
+        waiter.cancel()
+        waitFinished(group)
+        let record = try XCTUnwrap(recorder.records.first { $0.name == "waiter" })
+        XCTAssertEqual(record.status, .cancelled)
+        XCTAssertEqual(record.waits.map(\.what), ["'x' in visible cancel"])
+        holder.finish(with: 0)
+        waitFinished(holder)
     }
 }

@@ -103,6 +103,14 @@ struct Admission: Hashable {
         return .request(next)
     }
 
+    /// The request of `token` will not be asked (it would deadlock): the lifecycle was told the
+    /// failure in the same step.
+    mutating func refuse(_ token: UInt64) -> Action {
+        guard stage == .waiting(token) else { return .none }
+        stage = .refused
+        return .proceed(path)
+    }
+
     /// The categories were granted to the request of `token`.
     mutating func granted(_ token: UInt64) -> Action {
         guard stage == .waiting(token) else { return .giveBack }

@@ -9,6 +9,8 @@ final class OperationGate {
     var admission = Admission()
     /// The lanes it holds while open.
     var held: [Lane] = []
+    /// The lanes it asked for (what it waits for, while it waits).
+    var requested: [Lane] = []
     var evaluation: Evaluation?
     /// The queue a Baton entry point holds it back from until the gate opens.
     var launchTarget: OperationQueue?
@@ -168,6 +170,7 @@ extension AsyncOperation {
         case .none:
             return false
         case .evaluate(let token):
+            if let recording { recording.recorder.beganWaiting(recording.id, self) }
             DispatchQueue.global().async { self.evaluateConditions(token) }
             return false
         case .request(let token):
@@ -180,9 +183,11 @@ extension AsyncOperation {
                 return state.gate?.evaluation
             }
             evaluation?.abandon()
+            recordWait(conditions: true)
             return proceed(path, launching: launching)
         case .withdraw(_, let path):
             Gatekeeper.withdraw(self)
+            recordWait(conditions: false)
             return proceed(path, launching: launching)
         case .giveBack:
             return false
@@ -269,6 +274,7 @@ extension AsyncOperation {
         }
         // Whatever is still running is not wanted any more (a slow sibling's produced dependency).
         evaluation.abandon()
+        recordWait(conditions: true)
         perform(action)
     }
 
@@ -279,7 +285,25 @@ extension AsyncOperation {
         let (categories, parent) = core.withLock { state in
             (state.gate?.categories ?? [], (state.gate?.launchTarget ?? state.launchQueue) as? ChildQueue)
         }
-        let lanes = Self.lanes(for: categories, under: parent?.owner)
+        let lanes: [Lane]
+        switch Self.lanes(for: categories, under: parent?.owner) {
+        case .lanes(let found):
+            lanes = found
+        case .holdAndWait(let category, let holder, let held):
+            let error = BatonError.wouldDeadlock(
+                operation: reference,
+                reason: "it claims category \(category), which \(holder.reference) does not hold while it holds "
+                    + "\(held) and waits for its children: claim \(category) on \(holder.reference) too")
+            let action: Admission.Action = core.withLock { state in
+                guard let gate = state.gate else { return .none }
+                let action = gate.admission.refuse(token)
+                if action != .none { _ = state.life.finish(.failed(error), carriesResult: true) }
+                return action
+            }
+            if launching, action == .proceed(.launch) { return takeLaunchTarget() != nil }
+            perform(action)
+            return false
+        }
         enum Asked {
             case stale, waiting
             case granted(Admission.Action)
@@ -290,6 +314,7 @@ extension AsyncOperation {
         let asked: Asked = core.withLock { state in
             guard let gate = state.gate, gate.admission.stage == .waiting(token) else { return .stale }
             gate.waitingSince.categories = .now
+            gate.requested = lanes
             guard Gatekeeper.request(self, token: token, lanes: lanes) else { return .waiting }
             gate.held = lanes
             gate.waited.categories = .zero
@@ -299,6 +324,7 @@ extension AsyncOperation {
         case .stale:
             return false
         case .waiting:
+            if let recording { recording.recorder.beganWaiting(recording.id, self) }
             watchForSlowWait(token, categories: categories)
             return false
         case .granted(let action):
@@ -308,24 +334,43 @@ extension AsyncOperation {
         }
     }
 
-    /// The lane each category is claimed in: under the nearest ancestor composite that holds it (the
-    /// claim is inherited), or at the top.
-    static func lanes(for categories: [OperationCategory], under parent: AsyncOperation?) -> [Lane] {
-        categories.map { category in
-            let name = category.laneName
-            var ancestor = parent
-            while let current = ancestor {
-                let (holds, next) = current.core.withLock { state in
-                    (
-                        state.gate?.held.contains { $0.name == name } ?? false,
-                        ((state.gate?.launchTarget ?? state.launchQueue) as? ChildQueue)?.owner
-                    )
-                }
-                if holds { return Lane(name: name, under: current.serialNumber) }
-                ancestor = next
+    /// Where a request's categories are claimed.
+    enum Placement {
+        /// In these lanes.
+        case lanes([Lane])
+        /// Nowhere: `holder`, an ancestor composite that holds `held`, does not hold `category`.
+        /// Claiming it would make the holder hold one category and wait (for its children) for
+        /// another, the hold-and-wait that lets two composites deadlock each other.
+        case holdAndWait(category: OperationCategory, holder: AsyncOperation, held: String)
+    }
+
+    /// The lane each category is claimed in. Outside any holding composite, at the top. Inside one,
+    /// the nearest ancestor that holds anything lends its categories (the claim is inherited, in a lane
+    /// of its own under that ancestor); a category it does not hold is refused.
+    static func lanes(for categories: [OperationCategory], under parent: AsyncOperation?) -> Placement {
+        var ancestor = parent
+        while let current = ancestor {
+            let (held, next, claimed) = current.core.withLock { state in
+                (
+                    state.gate?.held ?? [],
+                    ((state.gate?.launchTarget ?? state.launchQueue) as? ChildQueue)?.owner,
+                    state.gate?.categories ?? []
+                )
             }
-            return Lane(name: name, under: 0)
+            if !held.isEmpty {
+                var lanes = [Lane]()
+                for category in categories {
+                    guard held.contains(where: { $0.name == category.laneName }) else {
+                        let names = claimed.map { "\($0)" }.joined(separator: ", ")
+                        return .holdAndWait(category: category, holder: current, held: names)
+                    }
+                    lanes.append(Lane(name: category.laneName, under: current.serialNumber))
+                }
+                return .lanes(lanes)
+            }
+            ancestor = next
         }
+        return .lanes(categories.map { Lane(name: $0.laneName, under: 0) })
     }
 
     /// A grant for the request of `token` arrived. Returns the lanes to give back when the request was
@@ -341,6 +386,7 @@ extension AsyncOperation {
             return action
         }
         if action == .giveBack { return lanes }
+        recordWait(conditions: false)
         perform(action)
         return nil
     }
@@ -370,8 +416,12 @@ extension AsyncOperation {
         switch release {
         case .none: break
         case .lanes: Gatekeeper.release(lanes, by: self)
-        case .withdraw: Gatekeeper.withdraw(self)
-        case .abandon: evaluation?.abandon()
+        case .withdraw:
+            Gatekeeper.withdraw(self)
+            recordWait(conditions: false)
+        case .abandon:
+            evaluation?.abandon()
+            recordWait(conditions: true)
         }
     }
 
@@ -390,5 +440,48 @@ extension AsyncOperation {
             }
         }
         return nil
+    }
+
+    // MARK: - Visibility
+
+    /// Tells the operation's recorder how long it waited for its conditions (or its categories), once:
+    /// the duration is taken from the gate and cleared, so the paths that end a wait may each call it.
+    func recordWait(conditions: Bool) {
+        let wait: (what: String, duration: Duration)? = core.withLock { state in
+            guard let gate = state.gate else { return nil }
+            if conditions {
+                guard let since = gate.waitingSince.conditions else { return nil }
+                gate.waitingSince.conditions = nil
+                return ("conditions", since.duration(to: .now))
+            }
+            guard let since = gate.waitingSince.categories else { return nil }
+            gate.waitingSince.categories = nil
+            let names = gate.categories.map { "\($0)" }.joined(separator: ", ")
+            return (names, gate.waited.categories == .zero ? .zero : since.duration(to: .now))
+        }
+        guard let wait, wait.duration > .zero, let recording else { return }
+        recording.recorder.waited(recording.id, for: wait.what, wait.duration)
+    }
+
+    /// What the operation waits for at its gate now: `waiting for conditions`, or `waiting for
+    /// 'database', held by Writer "nightly"`; `nil` when it is not waiting there.
+    func gateWaitDescription() -> String? {
+        let (stage, categories, requested) = core.withLock { state in
+            (state.gate?.admission.stage, state.gate?.categories ?? [], state.gate?.requested ?? [])
+        }
+        switch stage {
+        case .evaluating?:
+            return "waiting for conditions"
+        case .waiting?:
+            var parts = [String]()
+            for (category, lane) in zip(categories, requested) {
+                let holders = Gatekeeper.holders(of: lane).filter { $0 !== self }
+                let by = holders.isEmpty ? "" : ", held by " + holders.map { "\($0.reference)" }.joined(separator: " and ")
+                parts.append("\(category)\(by)")
+            }
+            return "waiting for " + parts.joined(separator: "; ")
+        default:
+            return nil
+        }
     }
 }

@@ -16,7 +16,8 @@
 struct ClaimTable<Waiter> {
     /// One lane's holders and waiting line.
     struct LaneState {
-        var holders: [UInt64: Int] = [:]
+        /// Each holder's waiter (for the live view), and how many times it holds the lane.
+        var holders: [UInt64: (waiter: Waiter, count: Int)] = [:]
         var held = 0
         /// Waiting request ids, oldest first from `head`.
         var line: [UInt64] = []
@@ -68,7 +69,7 @@ struct ClaimTable<Waiter> {
             let state = lanes[lane]
             return (state?.waitingCount ?? 0) == 0 && (state?.held ?? 0) < limit(of: lane.name)
         }) {
-            for lane in wanted { take(lane, for: id) }
+            for lane in wanted { take(lane, for: id, waiter) }
             return true
         }
         waiting[id] = Request(lanes: wanted, waiter: waiter)
@@ -80,8 +81,8 @@ struct ClaimTable<Waiter> {
     mutating func release(_ held: [Lane], by id: UInt64) -> [(UInt64, Waiter)] {
         var granted: [(UInt64, Waiter)] = []
         for lane in held {
-            guard var state = lanes[lane], let count = state.holders[id] else { continue }
-            if count == 1 { state.holders[id] = nil } else { state.holders[id] = count - 1 }
+            guard var state = lanes[lane], let holder = state.holders[id] else { continue }
+            if holder.count == 1 { state.holders[id] = nil } else { state.holders[id]?.count = holder.count - 1 }
             state.held -= 1
             lanes[lane] = state
         }
@@ -99,9 +100,10 @@ struct ClaimTable<Waiter> {
         return granted
     }
 
-    /// Who holds `lane` now (ids), for the live view.
-    func holders(of lane: Lane) -> [UInt64] {
-        lanes[lane].map { Array($0.holders.keys) } ?? []
+    /// Who holds `lane` now, oldest id first, for the live view.
+    func holders(of lane: Lane) -> [(id: UInt64, waiter: Waiter)] {
+        guard let holders = lanes[lane]?.holders else { return [] }
+        return holders.map { (id: $0.key, waiter: $0.value.waiter) }.sorted { $0.id < $1.id }
     }
 
     /// Whether the table holds nothing and nobody waits: what a test checks once everything finished.
@@ -109,9 +111,13 @@ struct ClaimTable<Waiter> {
         waiting.isEmpty && lanes.values.allSatisfy { $0.held == 0 && $0.waitingCount == 0 }
     }
 
-    private mutating func take(_ lane: Lane, for id: UInt64) {
+    private mutating func take(_ lane: Lane, for id: UInt64, _ waiter: Waiter) {
         var state = lanes[lane] ?? LaneState()
-        state.holders[id, default: 0] += 1
+        if let holder = state.holders[id] {
+            state.holders[id] = (holder.waiter, holder.count + 1)
+        } else {
+            state.holders[id] = (waiter, 1)
+        }
         state.held += 1
         lanes[lane] = state
     }
@@ -149,7 +155,7 @@ struct ClaimTable<Waiter> {
             waiting[id] = nil
             for other in request.lanes {
                 lanes[other]?.popFirst()
-                take(other, for: id)
+                take(other, for: id, request.waiter)
             }
             granted.append((id, request.waiter))
             // The lines it left may now let their next request through.

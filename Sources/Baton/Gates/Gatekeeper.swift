@@ -52,9 +52,9 @@ enum Gatekeeper {
         table.withLock { $0.limit(of: name) }
     }
 
-    /// Serial numbers of the operations holding `lane`.
-    static func holders(of lane: Lane) -> [UInt64] {
-        table.withLock { $0.holders(of: lane) }
+    /// The operations holding `lane`, oldest first.
+    static func holders(of lane: Lane) -> [AsyncOperation] {
+        table.withLock { $0.holders(of: lane).map(\.waiter.operation) }
     }
 
     /// Whether nothing is held and nobody waits (tests check it once their operations finished).

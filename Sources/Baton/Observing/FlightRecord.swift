@@ -102,6 +102,20 @@ public struct FlightRecord: Sendable, Identifiable, Equatable {
     /// it finished.
     public internal(set) var observesStart = true
 
+    /// What the operation waited for before it executed, in order: its conditions, then its
+    /// categories (only waits that took time: a category granted at once is not a wait).
+    public internal(set) var waits: [Wait] = []
+
+    /// A wait at an operation's gate (see ``waits``).
+    public struct Wait: Sendable, Equatable {
+        /// What it waited for: `conditions`, or its categories as `'database', 'disk'`.
+        public let what: String
+        /// When it began waiting.
+        public let began: Duration
+        /// When the wait ended: passed, refused, or given up because the operation was cancelled.
+        public let ended: Duration
+    }
+
     /// How long the operation executed: from start to finish, once both are known.
     public var duration: Duration? {
         guard let startedAt, let finishedAt else { return nil }

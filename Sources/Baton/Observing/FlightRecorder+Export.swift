@@ -17,7 +17,9 @@ extension FlightRecorder {
         /// (GitHub among them) draw.
         case mermaid
         /// An indented tree, one line per operation with its state: `pending`, `executing` or
-        /// `finished(outcome)`. For a log or a debugger when something seems stuck.
+        /// `finished(outcome)`; a pending operation waiting at its gate says what for (`pending,
+        /// waiting for 'database', held by Writer "nightly"`). For a log or a debugger when something
+        /// seems stuck.
         case textTree
     }
 
@@ -31,7 +33,7 @@ extension FlightRecorder {
         case .chromeTrace: return structure.chromeTrace()
         case .graphviz: return structure.graphviz()
         case .mermaid: return structure.mermaid()
-        case .textTree: return structure.textTree(roots: structure.roots)
+        case .textTree: return structure.textTree(roots: structure.roots, notes: waitingNotes())
         }
     }
 
@@ -68,7 +70,7 @@ extension FlightRecorder {
     private func textTree(ofRecord id: Int) -> String {
         let structure = RecordStructure(records, exportedAt: now())
         guard structure.byID[id] != nil else { return "" }
-        return structure.textTree(roots: [id])
+        return structure.textTree(roots: [id], notes: waitingNotes())
     }
 }
 
@@ -138,7 +140,8 @@ struct RecordStructure {
 
     // MARK: - Text tree
 
-    func textTree(roots: [Int]) -> String {
+    /// The tree below `roots`; `notes` says what operations still waiting at their gate wait for.
+    func textTree(roots: [Int], notes: [Int: String] = [:]) -> String {
         var lines = [String]()
         walk(roots: roots) { record, ancestorsLast, isLast in
             // The top level has no branch; below it, each ancestor but the top draws a rail.
@@ -147,7 +150,8 @@ struct RecordStructure {
                 for last in ancestorsLast.dropFirst() { prefix += last ? "   " : "│  " }
                 prefix += isLast ? "└─ " : "├─ "
             }
-            lines.append("\(prefix)\(record.label) \(record.status)")
+            let note = record.status == .pending ? notes[record.id].map { ", \($0)" } ?? "" : ""
+            lines.append("\(prefix)\(record.label) \(record.status)\(note)")
         }
         return lines.map { $0 + "\n" }.joined()
     }
@@ -235,6 +239,25 @@ struct RecordStructure {
                     dur: event.end.map { micros($0 - event.start) }, s: event.end == nil ? "t" : nil,
                     cat: category(record), cname: colour(record), args: traceArgs(record)))
         }
+        // Waits at gates (conditions, categories): spans on tracks of their own, packed the same way.
+        var waitEnds = [Duration]()
+        var waitSpans = [(record: FlightRecord, wait: FlightRecord.Wait, lane: Int)]()
+        let waits = records.flatMap { record in record.waits.map { (record: record, wait: $0) } }
+        for (record, wait) in waits.sorted(by: { ($0.wait.began, $0.record.id) < ($1.wait.began, $1.record.id) }) {
+            waitSpans.append((record, wait, pack(wait.began, wait.ended, into: &waitEnds)))
+        }
+        for lane in waitEnds.indices {
+            track(Self.waitBase + lane, "waiting at gates \(lane + 1)", sortIndex: Self.waitBase + lane)
+        }
+        for span in waitSpans {
+            var args = TraceArgs(id: span.record.id, type: span.record.typeName)
+            args.waited = span.wait.what
+            trace.append(
+                TraceEvent(
+                    name: "\(span.record.label) waiting for \(span.wait.what)", ph: "X", pid: 1,
+                    tid: Self.waitBase + span.lane, ts: micros(span.wait.began), dur: micros(span.wait.ended - span.wait.began),
+                    s: nil, cat: "wait", cname: "grey", args: args))
+        }
         // Foundation's encoder writes the JSON: it escapes every string, so no name can break the file.
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
@@ -246,6 +269,8 @@ struct RecordStructure {
     /// the process's the main thread), lanes of composites and chains from `laneBase`.
     static func threadTrack(_ thread: Int, _ lane: Int) -> Int { 1_000 * (thread + 1) + lane }
     static let laneBase = 100_000_000
+    /// Track ids of the waits at gates.
+    static let waitBase = 90_000_000
 
     private func category(_ record: FlightRecord) -> String {
         switch record.kind {
@@ -316,6 +341,11 @@ struct RecordStructure {
         } else {
             time = nil
         }
+        let waited = record.waits.map { " · waited \(Self.format($0.ended - $0.began)) for \($0.what)" }.joined()
+        return summaryOfStatus(record, time: time) + waited
+    }
+
+    private func summaryOfStatus(_ record: FlightRecord, time: String?) -> String {
         switch record.status {
         case .succeeded: return time ?? "succeeded"
         case .failed(let error): return (time.map { "\($0) · " } ?? "") + "failed: " + Self.shorten(error)
@@ -530,4 +560,5 @@ private struct TraceArgs: Encodable {
     // swift-format-ignore: AlwaysUseLowerCamelCase
     var queued_us: Double?
     var start: String?
+    var waited: String?
 }

@@ -60,6 +60,13 @@ public final class FlightRecorder: Sendable {
         var dropped = 0
         var typeNames: [ObjectIdentifier: String] = [:]
         var threads: [UInt: Int] = [:]
+        /// Operations waiting at their gate, by record id, for the live text tree.
+        var waiting: [Int: WeakWaiter] = [:]
+    }
+
+    /// An operation waiting at its gate, not kept alive by the recorder.
+    struct WeakWaiter {
+        weak var operation: AsyncOperation?
     }
 
     /// The error ``init(capacity:)`` throws for a capacity below 1.
@@ -253,9 +260,36 @@ public final class FlightRecorder: Sendable {
         }
     }
 
+    /// The operation began waiting at its gate: the live text tree asks it what for.
+    func beganWaiting(_ id: Int, _ operation: AsyncOperation) {
+        storage.withLock { $0.waiting[id] = WeakWaiter(operation: operation) }
+    }
+
+    /// The operation waited `duration`, ending now, for `what`.
+    func waited(_ id: Int, for what: String, _ duration: Duration) {
+        let time = now()
+        storage.withLock { $0.waiting[id] = nil }
+        update(id) { record in
+            record.waits.append(FlightRecord.Wait(what: what, began: time - duration, ended: time))
+        }
+    }
+
+    /// What each operation still waiting at its gate waits for, by record id.
+    func waitingNotes() -> [Int: String] {
+        let waiting = storage.withLock { $0.waiting }
+        var notes = [Int: String]()
+        for (id, waiter) in waiting {
+            if let note = waiter.operation?.gateWaitDescription() { notes[id] = note }
+        }
+        return notes
+    }
+
     /// The operation (or chain) finished with `status`.
     func finished(_ id: Int, status: FlightRecord.Status, name: String?) {
         let time = now()
+        storage.withLock { storage in
+            if !storage.waiting.isEmpty { storage.waiting[id] = nil }
+        }
         update(id) { record in
             record.finishedAt = time
             record.status = status
