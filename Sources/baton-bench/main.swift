@@ -39,7 +39,7 @@ struct Options {
                     usage: baton-bench [--n 1000,10000,100000] [--reps 3] [--csv] [--only WORKLOAD]
                                        [--raw-limit N] [--independent-limit N] [--million] [--demo-large-files N]
                       WORKLOAD is independent, chain, adapters, group, sequence, dsl, tree, wait, recording,
-                      memory or demo
+                      exclusivity, memory or demo
                       --raw-limit N          largest n for the quadratic raw Foundation chains (default 10000)
                       --independent-limit N  largest n for independent BlockOperation baselines (default 100000)
                       --million              add chains of 1,000,000 operations (timed, and in the memory rows)
@@ -325,6 +325,13 @@ let workloads: [String: Workload] = [
     "baton-sequence-recorded": recorded(batonSequence),
     "baton-chain-generated-recorded-cap-10000": recorded(batonGeneratedChain, capacity: 10_000),
     "baton-chain-generated-recorded-cap-100000": recorded(batonGeneratedChain, capacity: 100_000),
+    "baton-group-claimed": batonGroupClaimed,
+    "baton-independent-claimed": batonIndependentClaimed,
+    "baton-group-exclusive": batonGroupContending(limit: 1),
+    "baton-group-limit-4": batonGroupContending(limit: 4),
+    "baton-queue-exclusive": batonQueueContending,
+    "baton-serial-queue": batonOnQueue(width: 1),
+    "baton-4-wide-queue": batonOnQueue(width: 4),
 ]
 
 // A child process runs one workload once and prints "seconds peak_mib": each measurement gets a
@@ -416,6 +423,17 @@ let comparisons = [
     Comparison(workload: "rec-chain", baton: "baton-chain-recorded", baselines: [("baton-chain", .max)]),
     Comparison(workload: "rec-group", baton: "baton-group-recorded", baselines: [("baton-group", .max)]),
     Comparison(workload: "rec-sequence", baton: "baton-sequence-recorded", baselines: [("baton-sequence", .max)]),
+    // Exclusivity and limits: an uncontended claim on each path, then one contended category against
+    // the queue it imitates. Waiters in a plain OperationQueue cost Linux's queue a walk per schedule,
+    // so those rows stop at --raw-limit.
+    Comparison(workload: "excl-uncontended", baton: "baton-group-claimed", baselines: [("baton-group", .max)]),
+    Comparison(
+        workload: "excl-uncontended-queue", baton: "baton-independent-claimed",
+        baselines: [("baton-independent", .max)]),
+    Comparison(workload: "excl-one", baton: "baton-group-exclusive", baselines: [("baton-serial-queue", .max)]),
+    Comparison(
+        workload: "excl-one-queue", baton: "baton-queue-exclusive", baselines: [("baton-serial-queue", .max)]),
+    Comparison(workload: "excl-limit-4", baton: "baton-group-limit-4", baselines: [("baton-4-wide-queue", .max)]),
 ]
 
 if options.csv {
@@ -427,10 +445,11 @@ do {
     for comparison in comparisons
     where options.only == nil || options.only == comparison.workload
         || (options.only == "recording" && comparison.workload.hasPrefix("rec-"))
+        || (options.only == "exclusivity" && comparison.workload.hasPrefix("excl-"))
     {
         var sizes = comparison.workload == "tree" ? [11_111] : options.sizes
         if options.million && comparison.workload == "chain" { sizes.append(1_000_000) }
-        for n in sizes {
+        for n in sizes where !comparison.workload.hasSuffix("-queue") || n <= options.rawLimit {
             let baton = try measure(comparison.baton, n: n)
             for baseline in comparison.baselines {
                 let base = n <= baseline.limit ? try measure(baseline.name, n: n) : (Double.nan, Double.nan)

@@ -37,7 +37,8 @@ enum Kind: Int, CaseIterable, Sendable {
 /// The violations the tool counts.
 enum Violation: Int, CaseIterable, Sendable {
     case outcomeNotOnce, noOutcome, notFinished, executeAfterFinish, executeTwice, succeededWithoutExecute,
-        cancelledWithOtherOutcome, compositeBeforeChild, wrongOutput, unexpectedError, survivor, stuckBatch, rssGrowth
+        cancelledWithOtherOutcome, compositeBeforeChild, wrongOutput, unexpectedError, survivor, stuckBatch, rssGrowth,
+        overLimit
 
     var label: String {
         switch self {
@@ -54,6 +55,7 @@ enum Violation: Int, CaseIterable, Sendable {
         case .survivor: return "operation not freed"
         case .stuckBatch: return "stuck batch"
         case .rssGrowth: return "RSS grew beyond the margin"
+        case .overLimit: return "more holders of a category executed at once than its limit"
         }
     }
 }
@@ -107,6 +109,11 @@ final class Ledger: @unchecked Sendable {
     private var liveCounted = 0
     private var firstOutcomes = 0
     private var createdOperations = 0
+    /// Category lanes: how many leaves holding each one execute now, and its limit.
+    private var laneCounts: [Int] = []
+    private var laneLimits: [Int] = []
+    /// The lanes each executing leaf entered, removed when it leaves.
+    private var entered: [Int: [Int]] = [:]
 
     /// Entered for every slot, left at its first outcome (or when it is discarded).
     let allPending = DispatchGroup()
@@ -225,6 +232,41 @@ final class Ledger: @unchecked Sendable {
             violations[.executeAfterFinish, default: 0] += 1
             details["rerun after finish: \(kinds[id].label) (outcome \(tags[id]), isFinished \(finishedAlready))", default: 0] +=
                 1
+        }
+    }
+
+    // MARK: - Categories
+
+    /// A lane of a category (or of a category inherited under a composite) allowing `limit` holders.
+    func newLane(limit: Int) -> Int {
+        withLock {
+            laneCounts.append(0)
+            laneLimits.append(limit)
+            return laneCounts.count - 1
+        }
+    }
+
+    /// A leaf that claims `lanes` began executing: each lane's count must stay within its limit.
+    func enterLanes(_ id: Int, _ lanes: [Int]) {
+        guard !lanes.isEmpty else { return }
+        withLock {
+            entered[id] = lanes
+            for lane in lanes {
+                laneCounts[lane] += 1
+                if laneCounts[lane] > laneLimits[lane] {
+                    violations[.overLimit, default: 0] += 1
+                    details[
+                        "\(Violation.overLimit.label): lane \(lane), \(laneCounts[lane]) > \(laneLimits[lane])", default: 0] += 1
+                }
+            }
+        }
+    }
+
+    /// The leaf stops executing (called before it finishes, so before its categories are released).
+    func leaveLanes(_ id: Int) {
+        withLock {
+            guard let lanes = entered.removeValue(forKey: id) else { return }
+            for lane in lanes { laneCounts[lane] -= 1 }
         }
     }
 

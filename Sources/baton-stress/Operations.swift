@@ -21,6 +21,8 @@ struct LeafPlan: Sendable {
     var timeout: Double?
     /// Cancel from another thread: `nil` never, 0 at once (async), otherwise after so many microseconds.
     var cancelAfter: Int?
+    /// The ledger's category lanes the leaf holds while it executes (see `Ledger.enterLanes`).
+    var lanes: [Int] = []
 }
 
 struct StressFailure: Error, CustomStringConvertible {
@@ -45,6 +47,7 @@ extension StressLeaf {
 
     func runLeaf() {
         ledger.noteExecute(id, finishedAlready: isFinished || outcome != nil)
+        ledger.enterLanes(id, plan.lanes)
         switch plan.finish {
         case .synchronously:
             complete()
@@ -57,12 +60,14 @@ extension StressLeaf {
 
     func complete() {
         guard ledger.claimFinish(id) else { return }
+        ledger.leaveLanes(id)
         if plan.fails { finish(throwing: StressFailure(code: plan.value)) } else { succeed() }
         if plan.finishesTwice { succeed() }
     }
 
     func cancelLeaf() {
         guard ledger.claimFinish(id) else { return }
+        ledger.leaveLanes(id)
         if plan.cancelFinishesAsynchronously {
             DispatchQueue.global().async { self.finish() }
         } else {

@@ -14,6 +14,7 @@ enum Scenario: String, CaseIterable, Sendable {
     case waits
     case foundationDependencies = "foundation-dependencies"
     case mainThread = "main-thread"
+    case gated
 
     var weight: Int {
         switch self {
@@ -33,6 +34,7 @@ enum Scenario: String, CaseIterable, Sendable {
         case .waits: return 3
         case .foundationDependencies: return 4
         case .mainThread: return 3
+        case .gated: return 8
         }
     }
 }
@@ -50,6 +52,9 @@ final class BatchBuilder {
     /// Things to do once the scenario's root is enqueued (cancellations, resumes, late children).
     private var actions: [() -> Void] = []
     private(set) var scenarioCounts: [Scenario: Int] = [:]
+    /// The gated scenario's categories, in a scope of this batch's own: two exclusive, one limited to
+    /// three; with the ledger's lane for each.
+    private lazy var gates: Gates = Gates(ledger: ledger)
 
     init(seed: UInt64, ledger: Ledger, queue: OperationQueue, scenarios: [Scenario]) {
         random = SplitMix64(seed: seed)
@@ -128,6 +133,8 @@ final class BatchBuilder {
             foundationDependencies()
         case .mainThread:
             mainThread()
+        case .gated:
+            gated()
         }
     }
 
@@ -187,6 +194,94 @@ final class BatchBuilder {
         held.append(operation)
         scheduleCancel(operation, after: random.chance(0.6) ? random.int(0...400) : nil)
         return operation
+    }
+
+    /// The categories and shared conditions of one batch's gated operations.
+    struct Gates {
+        let categories: [(category: OperationCategory, lane: Int, exclusive: Bool)]
+        /// A condition whose produced operation many leaves share.
+        let warm: Condition
+        /// A flag set once the batch is enqueued.
+        let flag = ConditionFlag("batch enqueued")
+
+        init(ledger: Ledger) {
+            let scope = ExclusivityScope("baton-stress")
+            try! scope.setLimit(3, for: "z")
+            categories = [("x", 1), ("y", 1), ("z", 3)].map { name, limit in
+                (OperationCategory(name, in: scope), ledger.newLane(limit: limit), limit == 1)
+            }
+            warm = Condition("warm", producing: { _ in BlockOperation {} }) { _, answer in answer(.satisfied) }
+        }
+    }
+
+    /// Leaves with conditions and categories: in the shared queue (each announced through `isReady`
+    /// when granted), in a group (held out of its queue until granted), or under a group that holds
+    /// an exclusive category its children claim too (they take it in the group's lane). The ledger
+    /// checks that no lane ever has more leaves executing than its limit.
+    private func gated() {
+        // Set once the scenario is enqueued (`enqueue` runs the actions).
+        let flag = gates.flag
+        actions.append { DispatchQueue.global().async { flag.set() } }
+        switch random.int(0...2) {
+        case 0:
+            enqueue((0..<random.int(1...6)).map { _ in gatedLeaf(parent: nil, root: true, inherited: nil) })
+        case 1:
+            let id = ledger.register(.group, root: true, parent: nil, scenario: .gated)
+            let children = (0..<random.int(1...8)).map { _ in gatedLeaf(parent: id, root: false, inherited: nil) }
+            let group = StressGroup(ledger, operations: children, failurePolicy: failurePolicy(), maxConcurrent: maxConcurrent())
+            ledger.bind(id, group)
+            decorate(group)
+            enqueue([group])
+        default:
+            let exclusive = gates.categories.filter(\.exclusive)
+            let held = exclusive[random.int(0...(exclusive.count - 1))]
+            let id = ledger.register(.group, root: true, parent: nil, scenario: .gated)
+            let children = (0..<random.int(1...6)).map { _ in gatedLeaf(parent: id, root: false, inherited: held) }
+            let group = StressGroup(ledger, operations: children, failurePolicy: failurePolicy(), maxConcurrent: maxConcurrent())
+            try! group.addExclusivity(held.category)
+            ledger.bind(id, group)
+            decorate(group)
+            enqueue([group])
+        }
+    }
+
+    /// A leaf with random categories and conditions. `inherited` is a category its parent group holds:
+    /// the leaf claims it too, and executing counts in the category's top-level lane (the group's
+    /// children share the group's one place there).
+    private func gatedLeaf(
+        parent: Int?, root: Bool, inherited: (category: OperationCategory, lane: Int, exclusive: Bool)?
+    )
+        -> AsyncOperation
+    {
+        var plan = leafPlan()
+        var claims = inherited.map { [$0] } ?? []
+        for candidate in gates.categories where random.chance(0.4) && candidate.lane != inherited?.lane {
+            claims.append(candidate)
+        }
+        if random.chance(0.5) { claims.reverse() }
+        plan.lanes = claims.map(\.lane)
+        let leaf: AsyncOperation =
+            random.chance(0.5)
+            ? VoidLeaf(ledger, plan, root: root, parent: parent, scenario: root ? .gated : nil)
+            : IntLeaf(ledger, plan, root: root, parent: parent, scenario: root ? .gated : nil)
+        try! leaf.addExclusivity(claims.map(\.category))
+        let roll = random.int(0...99)
+        if roll < 20 {
+            try! leaf.addCondition(.block("yes") { true })
+        } else if roll < 30 {
+            try! leaf.addCondition(Condition("async yes") { _ in .satisfied })
+        } else if roll < 35 {
+            try! leaf.addCondition(.block("no") { false })
+        } else if roll < 40 {
+            try! leaf.addCondition(.block("refused") { throw StressFailure(code: -1) })
+        } else if roll < 55 {
+            try! leaf.addCondition(gates.warm)
+        } else if roll < 60 {
+            try! leaf.addCondition(.waitUntil(gates.flag, timeout: .seconds(30)))
+        }
+        plannedCancel(leaf)
+        held.append(leaf)
+        return leaf
     }
 
     private static let waiters = DispatchQueue(label: "baton-stress waiters")

@@ -1,0 +1,68 @@
+import Baton
+import Foundation
+
+// Exclusivity and limits (issue #24): what a claim costs when nobody contends, and how close a
+// contended category comes to the queue it imitates (a serial queue for exclusivity, an N-wide queue
+// for a limit of N). Each run uses a scope of its own, so runs never share a table's lines.
+
+/// `n` operations that finish at once.
+func finishingAtOnce(_ n: Int) -> [AsyncBlockOperation] {
+    (0..<n).map { _ in AsyncBlockOperation { $0.finish() } }
+}
+
+/// A group of `n` operations, each claiming a category nobody else claims: the cost of an uncontended
+/// claim on the path composites take (held out of the queue until granted).
+func batonGroupClaimed(_ n: Int) throws {
+    let scope = ExclusivityScope("uncontended")
+    let operations = finishingAtOnce(n)
+    for (index, operation) in operations.enumerated() {
+        try operation.addExclusivity(OperationCategory("c\(index)", in: scope))
+    }
+    try GroupOperation(operations: operations).run(timeout: .seconds(600))
+}
+
+/// `n` operations in a plain `OperationQueue`, each claiming a category of its own: the uncontended
+/// claim on the path Foundation queues take (announced through `isReady`).
+func batonIndependentClaimed(_ n: Int) throws {
+    let scope = ExclusivityScope("uncontended")
+    let operations = finishingAtOnce(n)
+    for (index, operation) in operations.enumerated() {
+        try operation.addExclusivity(OperationCategory("c\(index)", in: scope))
+    }
+    let queue = OperationQueue()
+    queue.addOperations(operations, waitUntilFinished: false)
+    try waitAll(queue, "claimed AsyncBlockOperation x\(n)")
+}
+
+/// A group of `n` operations that all claim one category, with at most `limit` holders.
+func batonGroupContending(limit: Int) -> Workload {
+    { n in
+        let scope = ExclusivityScope("contended")
+        if limit > 1 { try scope.setLimit(limit, for: "x") }
+        let category = OperationCategory("x", in: scope)
+        let operations = finishingAtOnce(n)
+        for operation in operations { try operation.addExclusivity(category) }
+        try GroupOperation(operations: operations).run(timeout: .seconds(600))
+    }
+}
+
+/// `n` operations that all claim one category, in a plain `OperationQueue`: every waiter sits in the
+/// queue, not ready, until granted.
+func batonQueueContending(_ n: Int) throws {
+    let category = OperationCategory("x", in: ExclusivityScope("contended"))
+    let operations = finishingAtOnce(n)
+    for operation in operations { try operation.addExclusivity(category) }
+    let queue = OperationQueue()
+    queue.addOperations(operations, waitUntilFinished: false)
+    try waitAll(queue, "contending AsyncBlockOperation x\(n)")
+}
+
+/// The same `n` operations, unclaimed, on a queue `width` wide: the queue a category imitates.
+func batonOnQueue(width: Int) -> Workload {
+    { n in
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = width
+        queue.addOperations(finishingAtOnce(n), waitUntilFinished: false)
+        try waitAll(queue, "AsyncBlockOperation x\(n) on a \(width)-wide queue")
+    }
+}
