@@ -464,7 +464,7 @@ extension AsyncOperation {
     }
 
     /// What the operation waits for at its gate now: `waiting for conditions`, or `waiting for
-    /// 'database', held by Writer "nightly"`; `nil` when it is not waiting there.
+    /// 'database', held by nightly`; `nil` when it is not waiting there.
     func gateWaitDescription() -> String? {
         let (stage, categories, requested) = core.withLock { state in
             (state.gate?.admission.stage, state.gate?.categories ?? [], state.gate?.requested ?? [])

@@ -18,7 +18,7 @@ extension FlightRecorder {
         case mermaid
         /// An indented tree, one line per operation with its state: `pending`, `executing` or
         /// `finished(outcome)`; a pending operation waiting at its gate says what for (`pending,
-        /// waiting for 'database', held by Writer "nightly"`). For a log or a debugger when something
+        /// waiting for 'database', held by nightly`). For a log or a debugger when something
         /// seems stuck.
         case textTree
     }
