@@ -4,21 +4,6 @@ import XCTest
 
 @testable import Baton
 
-/// Counts how many operations of one lane execute at once, and the most ever seen.
-final class ConcurrencyMeter: Sendable {
-    private let counts = Locked((now: 0, most: 0, total: 0))
-    var most: Int { counts.value.most }
-    var total: Int { counts.value.total }
-    func enter() {
-        counts.mutate {
-            $0.now += 1
-            $0.total += 1
-            $0.most = max($0.most, $0.now)
-        }
-    }
-    func leave() { counts.mutate { $0.now -= 1 } }
-}
-
 /// Executes for a moment on another thread, measured by a meter (or several).
 final class MeteredOperation: AsyncOperation, @unchecked Sendable {
     let meters: [ConcurrencyMeter]
@@ -101,12 +86,18 @@ final class ExclusivityTests: BatonTestCase {
         XCTAssertTrue(eventually { Gatekeeper.isIdle })
     }
 
-    func testAtMostOneHolderExecutesAtATimeInAGroup() throws {
-        let scope = ExclusivityScope("group")
+    /// Runs `count` metered operations claiming `category` in one group; the meter says how many
+    /// executed at once.
+    private func meteredGroup(_ count: Int, claiming category: OperationCategory) throws -> ConcurrencyMeter {
         let meter = ConcurrencyMeter()
-        let children = (0..<500).map { _ in MeteredOperation(meter) }
-        for child in children { try child.addExclusivity(OperationCategory("x", in: scope)) }
+        let children = (0..<count).map { _ in MeteredOperation(meter) }
+        for child in children { try child.addExclusivity(category) }
         try GroupOperation(operations: children).run(timeout: .seconds(bulkTimeout))
+        return meter
+    }
+
+    func testAtMostOneHolderExecutesAtATimeInAGroup() throws {
+        let meter = try meteredGroup(500, claiming: OperationCategory("x", in: ExclusivityScope("group")))
         XCTAssertEqual(meter.most, 1)
         XCTAssertEqual(meter.total, 500)
     }
@@ -115,10 +106,7 @@ final class ExclusivityTests: BatonTestCase {
         let scope = ExclusivityScope("limits")
         try scope.setLimit(4, for: "downloads")
         XCTAssertEqual(scope.limit(of: "downloads"), 4)
-        let meter = ConcurrencyMeter()
-        let children = (0..<400).map { _ in MeteredOperation(meter) }
-        for child in children { try child.addExclusivity(OperationCategory("downloads", in: scope)) }
-        try GroupOperation(operations: children).run(timeout: .seconds(bulkTimeout))
+        let meter = try meteredGroup(400, claiming: OperationCategory("downloads", in: scope))
         XCTAssertLessThanOrEqual(meter.most, 4)
         XCTAssertEqual(meter.total, 400)
     }

@@ -7,31 +7,15 @@ import XCTest
 /// Issue #22: a tree node keeps at most its window of operations in flight, taking its items
 /// lazily, so memory is bounded by the window whatever the fan-out; tree nodes take any operation.
 final class TreeWindowTests: BatonTestCase {
-    /// Counts operations alive (made and not yet freed) and the most there ever were at once.
-    final class Census: @unchecked Sendable {
-        private let counts = Mutex((alive: 0, peak: 0, made: 0))
-        func made() {
-            counts.withLock {
-                $0.alive += 1
-                $0.made += 1
-                $0.peak = max($0.peak, $0.alive)
-            }
-        }
-        func freed() { counts.withLock { $0.alive -= 1 } }
-        var alive: Int { counts.withLock { $0.alive } }
-        var peak: Int { counts.withLock { $0.peak } }
-        var total: Int { counts.withLock { $0.made } }
-    }
-
-    /// An operation that finishes at once and tells the census when it is freed.
+    /// An operation that finishes at once; the census counts it alive from creation until it is freed.
     final class Counted: AsyncOperation, @unchecked Sendable {
-        private let census: Census
-        init(_ census: Census) {
+        private let census: ConcurrencyMeter
+        init(_ census: ConcurrencyMeter) {
             self.census = census
             super.init()
-            census.made()
+            census.enter()
         }
-        deinit { census.freed() }
+        deinit { census.leave() }
         override func execute() { finish() }
     }
 
@@ -51,7 +35,7 @@ final class TreeWindowTests: BatonTestCase {
     }
 
     func testAMillionItemNodeKeepsItsWindowOfOperations() {
-        let census = Census()
+        let census = ConcurrencyMeter()
         let taken = Locked(0)
         let finished = Locked(0)
         let widest = Locked(0)
@@ -71,8 +55,8 @@ final class TreeWindowTests: BatonTestCase {
         XCTAssertLessThanOrEqual(widest.value, 64, "more items in flight than the window")
         // Freed as they finish: alive at once is the window, plus the few finished operations whose
         // last reference (the queue's) is being dropped on the queue's threads.
-        XCTAssertLessThanOrEqual(census.peak, 64 + 32, "operations alive at once")
-        XCTAssertTrue(eventually { census.alive == 0 }, "\(census.alive) operations never freed")
+        XCTAssertLessThanOrEqual(census.most, 64 + 32, "operations alive at once")
+        XCTAssertTrue(eventually { census.now == 0 }, "\(census.now) operations never freed")
     }
 
     func testAWindowBelowOneFailsTheTreeNamingTheNode() throws {
@@ -91,7 +75,7 @@ final class TreeWindowTests: BatonTestCase {
 
     func testCancellingATreeDropsTheItemsNotYetLaunched() {
         let started = Gate()
-        let census = Census()
+        let census = ConcurrencyMeter()
         let node = TreeNode<Int, Void>("item", items: { 0..<$0 }) { index in
             if index == 0 {
                 return ManualOperation(finishesOnCancel: true).withStart { started.open() }

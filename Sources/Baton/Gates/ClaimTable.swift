@@ -16,13 +16,14 @@
 struct ClaimTable<Waiter> {
     /// One lane's holders and waiting line.
     struct LaneState {
-        /// Each holder's waiter (for the live view), and how many times it holds the lane.
-        var holders: [UInt64: (waiter: Waiter, count: Int)] = [:]
-        var held = 0
+        /// Each holder's waiter (for the live view). A request names a lane once, so an id holds a
+        /// lane at most once.
+        var holders: [UInt64: Waiter] = [:]
         /// Waiting request ids, oldest first from `head`.
         var line: [UInt64] = []
         var head = 0
 
+        var held: Int { holders.count }
         var waitingCount: Int { line.count - head }
         var first: UInt64? { head < line.count ? line[head] : nil }
 
@@ -61,8 +62,8 @@ struct ClaimTable<Waiter> {
         return granted
     }
 
-    /// Asks for every lane of `lanes` at once. `true`: granted now (nothing is stored for the waiter).
-    /// `false`: the request waits in every lane's line until ``release(_:by:)`` or another call grants
+    /// Asks for every lane of `lanes` (each named once) at once. `true`: granted now, and `waiter` is
+    /// kept as the lanes' holder. `false`: the request waits in every lane's line until ``release(_:by:)`` or another call grants
     /// it, or ``withdraw(_:)`` takes it back.
     mutating func request(_ id: UInt64, lanes wanted: [Lane], waiter: Waiter) -> Bool {
         if wanted.allSatisfy({ lane in
@@ -81,9 +82,7 @@ struct ClaimTable<Waiter> {
     mutating func release(_ held: [Lane], by id: UInt64) -> [(UInt64, Waiter)] {
         var granted: [(UInt64, Waiter)] = []
         for lane in held {
-            guard var state = lanes[lane], let holder = state.holders[id] else { continue }
-            if holder.count == 1 { state.holders[id] = nil } else { state.holders[id]?.count = holder.count - 1 }
-            state.held -= 1
+            guard var state = lanes[lane], state.holders.removeValue(forKey: id) != nil else { continue }
             lanes[lane] = state
         }
         for lane in held { grantFromHead(of: lane, into: &granted) }
@@ -103,7 +102,7 @@ struct ClaimTable<Waiter> {
     /// Who holds `lane` now, oldest id first, for the live view.
     func holders(of lane: Lane) -> [(id: UInt64, waiter: Waiter)] {
         guard let holders = lanes[lane]?.holders else { return [] }
-        return holders.map { (id: $0.key, waiter: $0.value.waiter) }.sorted { $0.id < $1.id }
+        return holders.map { (id: $0.key, waiter: $0.value) }.sorted { $0.id < $1.id }
     }
 
     /// Whether the table holds nothing and nobody waits: what a test checks once everything finished.
@@ -112,14 +111,7 @@ struct ClaimTable<Waiter> {
     }
 
     private mutating func take(_ lane: Lane, for id: UInt64, _ waiter: Waiter) {
-        var state = lanes[lane] ?? LaneState()
-        if let holder = state.holders[id] {
-            state.holders[id] = (holder.waiter, holder.count + 1)
-        } else {
-            state.holders[id] = (waiter, 1)
-        }
-        state.held += 1
-        lanes[lane] = state
+        lanes[lane, default: LaneState()].holders[id] = waiter
     }
 
     /// Drops withdrawn ids from the head of `lane`'s line.

@@ -242,8 +242,7 @@ public final class ConditionFlag: Sendable {
 
     private struct FlagState {
         var isSet: Bool
-        var waiters: [UInt64: @Sendable (Bool) -> Void] = [:]
-        var next: UInt64 = 0
+        var waiters = WaitList<@Sendable (Bool) -> Void>()
     }
 
     /// A flag, set or not.
@@ -265,9 +264,7 @@ public final class ConditionFlag: Sendable {
     public func set(_ value: Bool = true) {
         let woken: [@Sendable (Bool) -> Void] = state.withLock { state in
             state.isSet = value
-            guard value else { return [] }
-            defer { state.waiters = [:] }
-            return Array(state.waiters.values)
+            return value ? state.waiters.takeAll().values : []
         }
         for wake in woken { wake(true) }
     }
@@ -275,14 +272,11 @@ public final class ConditionFlag: Sendable {
     /// Calls `answer(true)` once the flag is set (now, if it is), or `answer(false)` after `timeout`.
     func whenSet(timeout: Duration, _ answer: @escaping @Sendable (Bool) -> Void) {
         let token: UInt64? = state.withLock { state in
-            if state.isSet { return nil }
-            state.next += 1
-            state.waiters[state.next] = answer
-            return state.next
+            state.isSet ? nil : state.waiters.append(answer)
         }
         guard let token else { return answer(true) }
         DispatchQueue.global().asyncAfter(deadline: timeout.deadlineFromNow) { [state] in
-            let expired = state.withLock { $0.waiters.removeValue(forKey: token) }
+            let expired = state.withLock { $0.waiters.remove(token) }
             expired?(false)
         }
     }

@@ -81,19 +81,14 @@ extension Condition {
             let task = Task { once(await test(context)) }
             evaluation.onAbandon { task.cancel() }
         case .all(let conditions):
-            guard !conditions.isEmpty else { return once(.satisfied) }
-            let remaining = Mutex(conditions.count)
+            let allSatisfied = Countdown(events: conditions.count) { once(.satisfied) }
             for condition in conditions {
                 condition.evaluate(context, in: evaluation, queue: queue) { result in
                     guard case .satisfied = result else { return once(result) }
-                    if remaining.withLock({ count -> Bool in
-                        count -= 1
-                        return count == 0
-                    }) {
-                        once(.satisfied)
-                    }
+                    allSatisfied.tick()
                 }
             }
+            allSatisfied.tick()
         case .any(let conditions):
             guard !conditions.isEmpty else { return once(.notSatisfied) }
             let tally = Mutex((remaining: conditions.count, failure: (any Error)?.none))
@@ -144,8 +139,7 @@ final class Producer: Sendable {
         }
         var phase = Phase.idle
         var generation: UInt64 = 0
-        var waiters: [UInt64: @Sendable (Result) -> Void] = [:]
-        var nextWaiter: UInt64 = 0
+        var waiters = WaitList<@Sendable (Result) -> Void>()
     }
 
     init(make: @escaping @Sendable (ConditionContext) -> Operation) {
@@ -165,9 +159,7 @@ final class Producer: Sendable {
         }
         let step: Step = state.withLock { state in
             if case .done(let result) = state.phase { return .finished(result) }
-            state.nextWaiter += 1
-            let token = state.nextWaiter
-            state.waiters[token] = done
+            let token = state.waiters.append(done)
             guard case .idle = state.phase else { return .wait(token) }
             state.generation += 1
             state.phase = .running(operation: nil)
@@ -213,8 +205,7 @@ final class Producer: Sendable {
         let waiters: [@Sendable (Result) -> Void] = state.withLock { state in
             guard state.generation == generation, case .running = state.phase else { return [] }
             state.phase = .done(result)
-            defer { state.waiters = [:] }
-            return Array(state.waiters.values)
+            return state.waiters.takeAll().values
         }
         for waiter in waiters { waiter(result) }
     }
@@ -223,7 +214,7 @@ final class Producer: Sendable {
     /// one).
     private func detach(_ token: UInt64) {
         let abandoned: Operation? = state.withLock { state in
-            guard state.waiters.removeValue(forKey: token) != nil, state.waiters.isEmpty,
+            guard state.waiters.remove(token) != nil, state.waiters.isEmpty,
                 case .running(let operation) = state.phase
             else { return nil }
             state.phase = .idle

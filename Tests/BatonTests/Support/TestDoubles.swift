@@ -240,3 +240,20 @@ func eventually(timeout: Double = testTimeout, _ condition: () -> Bool) -> Bool 
     }
     return true
 }
+
+/// Counts entries and exits from any thread: how many are in now, the most there ever were at once,
+/// and how many entered in all (operations executing in one category, or alive at once).
+final class ConcurrencyMeter: Sendable {
+    private let counts = Locked((now: 0, most: 0, total: 0))
+    var now: Int { counts.value.now }
+    var most: Int { counts.value.most }
+    var total: Int { counts.value.total }
+    func enter() {
+        counts.mutate {
+            $0.now += 1
+            $0.total += 1
+            $0.most = max($0.most, $0.now)
+        }
+    }
+    func leave() { counts.mutate { $0.now -= 1 } }
+}
