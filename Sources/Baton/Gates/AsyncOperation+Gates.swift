@@ -14,10 +14,9 @@ final class OperationGate {
     var evaluation: Evaluation?
     /// The queue a Baton entry point holds it back from until the gate opens.
     var launchTarget: OperationQueue?
-    /// When it began waiting for its conditions and its categories (for the trace and the live view).
+    /// When it began waiting for its conditions and for its categories, until the wait is recorded
+    /// (`nil` for categories granted at once: no wait).
     var waitingSince: (conditions: ContinuousClock.Instant?, categories: ContinuousClock.Instant?)
-    /// How long it waited, once it knows.
-    var waited: (conditions: Duration?, categories: Duration?)
 }
 
 extension AsyncOperation {
@@ -28,9 +27,15 @@ extension AsyncOperation {
     ///
     /// - Parameter condition: The condition.
     /// - Throws: ``BatonError/invalidArgument(operation:reason:)`` when the operation has started (or
-    ///   its gate is already being passed), or when `condition` was added to it already.
+    ///   its gate is already being passed), when `condition` was added to it already, or when its
+    ///   timeout is zero or less.
     public func addCondition(_ condition: Condition) throws(BatonError) {
         try configureGate { gate throws(BatonError) in
+            guard condition.timeout > .zero else {
+                throw .invalidArgument(
+                    operation: reference,
+                    reason: "condition '\(condition.name)' has a timeout of \(condition.timeout): it must be above zero")
+            }
             if gate.conditions.contains(where: { $0 === condition }) {
                 throw .invalidArgument(operation: reference, reason: "condition '\(condition.name)' was added twice")
             }
@@ -137,13 +142,8 @@ extension AsyncOperation {
             let settled = verdict != nil || state.isCancelled || state.life.early != nil
             return begin(gate, path: .launch, settled: settled)
         }
-        switch action {
-        case .none: return true
-        case .proceed: return takeLaunchTarget() != nil
-        default:
-            // A request granted at once comes back here as `proceed`: add it in this same call.
-            return perform(action, launching: true)
-        }
+        // Refused at once, or a request granted at once, comes back as `proceed`: added in this call.
+        return action == .none || perform(action, launching: true)
     }
 
     /// Feeds `begin` (under the lock). `settled`: the operation will not execute anyway.
@@ -227,17 +227,15 @@ extension AsyncOperation {
         }
         guard let started else { return }
         let context = ConditionContext(operation: self)
-        let remaining = Mutex(started.conditions.count)
+        let allSatisfied = Countdown(events: started.conditions.count) { [weak self] in
+            self?.conditionsAnswered(token, nil, evaluation)
+        }
         for condition in started.conditions {
             let answer = FirstAnswer { [weak self] result in
                 guard let self else { return }
                 switch result {
                 case .satisfied:
-                    let last = remaining.withLock { count -> Bool in
-                        count -= 1
-                        return count == 0
-                    }
-                    if last { self.conditionsAnswered(token, nil, evaluation) }
+                    allSatisfied.tick()
                 case .failed(let error):
                     let failure = BatonError.conditionFailed(
                         operation: self.reference, condition: condition.name, underlying: error)
@@ -252,6 +250,7 @@ extension AsyncOperation {
             }
             condition.evaluate(context, in: evaluation, queue: started.queue) { answer($0) }
         }
+        allSatisfied.tick()
     }
 
     /// The conditions decided: `refusal` is the outcome the operation ends with unexecuted, or `nil`
@@ -264,7 +263,6 @@ extension AsyncOperation {
             let action = gate.admission.answered(token, satisfied: refusal == nil)
             guard action != .none else { return .none }
             gate.evaluation = nil
-            if let since = gate.waitingSince.conditions { gate.waited.conditions = since.duration(to: .now) }
             switch refusal {
             case .failed?: _ = state.life.finish(refusal!, carriesResult: true)
             case .cancelled?: _ = state.life.cancel()
@@ -300,9 +298,7 @@ extension AsyncOperation {
                 if action != .none { _ = state.life.finish(.failed(error), carriesResult: true) }
                 return action
             }
-            if launching, action == .proceed(.launch) { return takeLaunchTarget() != nil }
-            perform(action)
-            return false
+            return perform(action, launching: launching)
         }
         enum Asked {
             case stale, waiting
@@ -313,11 +309,12 @@ extension AsyncOperation {
         // operation's, then the table's; never the reverse.
         let asked: Asked = core.withLock { state in
             guard let gate = state.gate, gate.admission.stage == .waiting(token) else { return .stale }
-            gate.waitingSince.categories = .now
             gate.requested = lanes
-            guard Gatekeeper.request(self, token: token, lanes: lanes) else { return .waiting }
+            guard Gatekeeper.request(self, token: token, lanes: lanes) else {
+                gate.waitingSince.categories = .now
+                return .waiting
+            }
             gate.held = lanes
-            gate.waited.categories = .zero
             return .granted(gate.admission.granted(token))
         }
         switch asked {
@@ -328,9 +325,7 @@ extension AsyncOperation {
             watchForSlowWait(token, categories: categories)
             return false
         case .granted(let action):
-            if launching, action == .proceed(.launch) { return takeLaunchTarget() != nil }
-            perform(action)
-            return false
+            return perform(action, launching: launching)
         }
     }
 
@@ -379,10 +374,7 @@ extension AsyncOperation {
         let action: Admission.Action = core.withLock { state in
             guard let gate = state.gate else { return .giveBack }
             let action = gate.admission.granted(token)
-            if case .proceed = action {
-                gate.held = lanes
-                if let since = gate.waitingSince.categories { gate.waited.categories = since.duration(to: .now) }
-            }
+            if case .proceed = action { gate.held = lanes }
             return action
         }
         if action == .giveBack { return lanes }
@@ -426,8 +418,8 @@ extension AsyncOperation {
     }
 
     /// Whether a blocking wait for this operation, on a thread inside the `execute()` of an operation
-    /// holding categories, would wait for itself: this operation claims one of them and is not a
-    /// descendant of that holder. The reason, or `nil`.
+    /// holding categories, would wait for itself: this operation claims one of them (by name, in any
+    /// lane: a claim under the holder's own ancestor would wait for it too). The reason, or `nil`.
     func categoryDeadlockReason() -> String? {
         let holders = Callouts.holders
         guard !holders.isEmpty else { return nil }
@@ -456,8 +448,7 @@ extension AsyncOperation {
             }
             guard let since = gate.waitingSince.categories else { return nil }
             gate.waitingSince.categories = nil
-            let names = gate.categories.map { "\($0)" }.joined(separator: ", ")
-            return (names, gate.waited.categories == .zero ? .zero : since.duration(to: .now))
+            return (gate.categories.map { "\($0)" }.joined(separator: ", "), since.duration(to: .now))
         }
         guard let wait, wait.duration > .zero, let recording else { return }
         recording.recorder.waited(recording.id, for: wait.what, wait.duration)

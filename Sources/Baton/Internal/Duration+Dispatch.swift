@@ -3,8 +3,9 @@ import Dispatch
 extension Duration {
     /// The duration in seconds, as a `Double` (exact enough for timers: attoseconds are rounded).
     var seconds: Double {
-        let (seconds, attoseconds) = components
-        return Double(seconds) + Double(attoseconds) * 1e-18
+        // Not `components`, which traps for a duration beyond `Int64.max` seconds (a sum of two huge
+        // timeouts); the division is exact enough and never traps.
+        self / .seconds(1)
     }
 
     /// The moment this long from now; beyond about a century, never.

@@ -359,7 +359,7 @@ struct RecordStructure {
     }
 
     static func format(_ duration: Duration) -> String {
-        let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        let seconds = duration.seconds
         if seconds < 1e-3 { return String(format: "%.0f µs", seconds * 1e6) }
         if seconds < 1 { return String(format: "%.2f ms", seconds * 1e3) }
         return String(format: "%.2f s", seconds)

@@ -1,0 +1,281 @@
+import Dispatch
+import Foundation
+import XCTest
+
+@testable import Baton
+
+/// The attack surfaces (ATTACK-SURFACES.md) that conditions and categories touch, hammered: a start by
+/// hand racing the gate, Foundation's own suspension and cancellation of waiters, callbacks that turn
+/// on their own operation, waits that time out by the thousand, hostile names in every export, and
+/// out-of-range durations.
+final class GateAttackTests: BatonTestCase {
+    /// Counts its executions and succeeds from another thread.
+    private final class Counting: AsyncOperation, @unchecked Sendable {
+        let executions = Locked(0)
+        override func execute() {
+            executions.increment()
+            DispatchQueue.global().async { self.finish() }
+        }
+    }
+
+    /// A holder of `category` started on its own queue, executing until `finish(with:)`.
+    private func holding(_ category: OperationCategory) throws -> ManualOperation {
+        let holder = ManualOperation(name: "holder")
+        try holder.addExclusivity(category)
+        OperationQueue().addOperation(holder)
+        XCTAssertTrue(holder.started.wait())
+        return holder
+    }
+
+    // MARK: - Decide, hop, act
+
+    func testAStartByHandRacingTheGrantExecutesTheWaiterOnce() throws {
+        for trial in 0..<300 {
+            let x = OperationCategory("x", in: ExclusivityScope("start race \(trial)"))
+            let holder = try holding(x)
+            let waiter = Counting()
+            try waiter.addExclusivity(x)
+            if trial % 2 == 0 { try waiter.addCondition(.block("yes") { true }) }
+            let finishes = Locked(0)
+            waiter.onFinish { _ in finishes.increment() }
+            let queue = OperationQueue()
+            if trial % 3 != 0 { queue.addOperation(waiter) }
+            let go = Gate()
+            Thread {
+                XCTAssertTrue(go.wait())
+                waiter.start()
+            }.start()
+            Thread {
+                XCTAssertTrue(go.wait())
+                holder.finish(with: 0)
+            }.start()
+            go.open()
+            go.open()   // a gate lets one waiter through per opening
+            waitFinished(waiter)
+            waitFinished(holder)
+            XCTAssertEqual(waiter.executions.value, 1, "trial \(trial)")
+            XCTAssertEqual(finishes.value, 1, "trial \(trial)")
+            XCTAssertEqual(waiter.outcome?.isSuccess, true, "trial \(trial): \(String(describing: waiter.outcome))")
+        }
+        XCTAssertTrue(eventually { Gatekeeper.isIdle })
+    }
+
+    func testACancelRacingTheConditionsAnswerAndTheGrantEndsOnceAndHoldsNothing() throws {
+        for trial in 0..<300 {
+            let x = OperationCategory("x", in: ExclusivityScope("answer race \(trial)"))
+            let answer = Gate()
+            let waiter = Counting()
+            try waiter.addExclusivity(x)
+            try waiter.addCondition(
+                Condition("gated") { (_: ConditionContext, reply: @escaping @Sendable (ConditionResult) -> Void) in
+                    DispatchQueue.global().async {
+                        XCTAssertTrue(answer.wait())
+                        reply(.satisfied)
+                    }
+                })
+            let finishes = Locked(0)
+            waiter.onFinish { _ in finishes.increment() }
+            OperationQueue().addOperation(GroupOperation(operations: [waiter]))
+            Thread {
+                XCTAssertTrue(answer.wait())
+                waiter.cancel()
+            }.start()
+            answer.open()
+            answer.open()   // the condition's reply and the cancel
+            waitFinished(waiter)
+            XCTAssertEqual(finishes.value, 1)
+            XCTAssertLessThanOrEqual(waiter.executions.value, 1)
+        }
+        XCTAssertTrue(eventually { Gatekeeper.isIdle }, "a cancelled waiter kept or lost a claim")
+    }
+
+    // MARK: - Foundation underneath
+
+    func testSuspendingAndCancellingAQueueOfWaitersLeavesNothingHeld() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("suspend and cancel"))
+        let holder = try holding(x)
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        let waiters = (0..<100).map { _ in Counting() }
+        for waiter in waiters { try waiter.addExclusivity(x) }
+        queue.addOperations(waiters, waitUntilFinished: false)
+        let go = Gate()
+        let togglers = (0..<4).map { _ in
+            Thread {
+                XCTAssertTrue(go.wait())
+                for _ in 0..<50 {
+                    queue.isSuspended = true
+                    queue.isSuspended = false
+                }
+            }
+        }
+        for toggler in togglers { toggler.start() }
+        for _ in togglers { go.open() }
+        queue.cancelAllOperations()
+        holder.finish(with: 0)
+        for waiter in waiters { waitFinished(waiter) }
+        XCTAssertTrue(waiters.allSatisfy { $0.outcome?.isCancelled == true || $0.outcome?.isSuccess == true })
+        XCTAssertTrue(eventually { Gatekeeper.isIdle })
+    }
+
+    // MARK: - Callbacks that call back
+
+    func testAConditionThatCancelsWaitsOnOrReconfiguresItsOwnOperationEndsIt() throws {
+        let cancelling = Counting()
+        try cancelling.addCondition(
+            Condition("cancels") { (context: ConditionContext, reply: @escaping @Sendable (ConditionResult) -> Void) in
+                context.operation.cancel()
+                reply(.satisfied)
+            })
+        OperationQueue().addOperation(cancelling)
+        waitFinished(cancelling)
+        XCTAssertEqual(cancelling.outcome?.isCancelled, true)
+        XCTAssertEqual(cancelling.executions.value, 0)
+
+        let refused = Locked<BatonError?>(nil)
+        let waiting = Counting()
+        try waiting.addCondition(
+            Condition("waits") { (context: ConditionContext, reply: @escaping @Sendable (ConditionResult) -> Void) in
+                _ = try? context.operation.wait(timeout: .milliseconds(20))
+                do {
+                    try context.operation.addCondition(.block("late") { true })
+                } catch {
+                    refused.mutate { $0 = error as? BatonError }
+                }
+                reply(.satisfied)
+            })
+        OperationQueue().addOperation(waiting)
+        waitFinished(waiting)
+        XCTAssertEqual(waiting.outcome?.isSuccess, true)
+        XCTAssertEqual(waiting.executions.value, 1)
+        guard case .invalidArgument? = refused.value else { return XCTFail("\(String(describing: refused.value))") }
+    }
+
+    func testEachHolderEnqueuingTheNextClaimantFromItsOnFinishChainsAHundredDeep() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("on finish chain"))
+        let queue = OperationQueue()
+        let succeeded = Locked(0)
+        let done = Gate()
+        @Sendable func link(_ depth: Int) -> Counting {
+            let operation = Counting()
+            try? operation.addExclusivity(x)
+            operation.onFinish { outcome in
+                if outcome.isSuccess { succeeded.increment() }
+                guard depth < 100 else { return done.open() }
+                queue.addOperation(link(depth + 1))
+            }
+            return operation
+        }
+        queue.addOperation(link(1))
+        XCTAssertTrue(done.wait())
+        XCTAssertEqual(succeeded.value, 100)
+        XCTAssertTrue(eventually { Gatekeeper.isIdle })
+    }
+
+    // MARK: - Composites
+
+    /// Every level of 100,000 nested groups claims one category (each takes it in its parent's lane),
+    /// and so does the leaf: run, cancelled before start, freed unrun.
+    func testOneHundredThousandNestedClaimingGroupsRunCancelAndFree() {
+        let x = OperationCategory("x", in: ExclusivityScope("nested claims"))
+        runCancelAndFree { leaf in
+            try? (leaf as? AsyncOperation)?.addExclusivity(x)
+            var nest = GroupOperation(operations: [leaf])
+            try? nest.addExclusivity(x)
+            for _ in 1..<nestingDepth {
+                nest = GroupOperation(operations: [nest])
+                try? nest.addExclusivity(x)
+            }
+            return nest
+        }
+        XCTAssertTrue(eventually { Gatekeeper.isIdle })
+    }
+
+    // MARK: - Waits
+
+    func testThousandsOfTimedOutWaitsOnAWaiterChangeNothing() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("timed out waits"))
+        let holder = try holding(x)
+        let waiter = Counting()
+        try waiter.addExclusivity(x)
+        OperationQueue().addOperation(waiter)
+        let timedOut = Locked(0)
+        DispatchQueue.concurrentPerform(iterations: 2_000) { _ in
+            do {
+                try waiter.wait(timeout: .milliseconds(1))
+            } catch BatonError.timedOut {
+                timedOut.increment()
+            } catch {
+                XCTFail("\(error)")
+            }
+        }
+        XCTAssertEqual(timedOut.value, 2_000)
+        XCTAssertFalse(waiter.isFinished)
+        holder.finish(with: 0)
+        waitFinished(waiter)
+        XCTAssertEqual(waiter.executions.value, 1)
+        XCTAssertTrue(eventually { Gatekeeper.isIdle })
+    }
+
+    // MARK: - Arguments
+
+    func testAConditionWithATimeoutOfZeroOrLessIsRefusedBeforeAnythingRuns() {
+        let operation = Counting()
+        operation.name = "fetch"
+        for timeout in [Duration.zero, .seconds(-1), .seconds(Int64.min)] {
+            let condition = Condition("instant", timeout: timeout) {
+                (_: ConditionContext, reply: @escaping @Sendable (ConditionResult) -> Void) in reply(.satisfied)
+            }
+            XCTAssertThrowsError(try operation.addCondition(condition)) { error in
+                guard case BatonError.invalidArgument(let culprit, let reason) = error else { return XCTFail("\(error)") }
+                XCTAssertEqual(culprit.name, "fetch")
+                XCTAssertTrue(reason.contains("'instant'"), reason)
+            }
+        }
+        XCTAssertEqual(operation.conditions.count, 0)
+    }
+
+    func testHugeDurationsNeitherTrapNorHang() throws {
+        let flag = ConditionFlag("huge", isSet: true)
+        let scope = ExclusivityScope("huge")
+        scope.slowWaitThreshold = .seconds(Int64.max)
+        let operation = Counting()
+        try operation.addCondition(.waitUntil(flag, timeout: .seconds(Int64.max)))
+        try operation.addCondition(
+            Condition("patient", timeout: .seconds(Int64.max)) {
+                (_: ConditionContext, reply: @escaping @Sendable (ConditionResult) -> Void) in reply(.satisfied)
+            })
+        try operation.addExclusivity(OperationCategory("x", in: scope))
+        try operation.run(timeout: .seconds(testTimeout))
+        XCTAssertEqual(operation.executions.value, 1)
+    }
+
+    // MARK: - Exports
+
+    func testHostileCategoryNamesAreEscapedInEveryExport() throws {
+        let hostile = "q\"\u{301} back\\slash\nline\r\u{0}nul <&> #9829; ]; x -> y"
+        let category = OperationCategory(hostile, in: ExclusivityScope("hostile"))
+        let holder = try holding(category)
+        let waiter = Counting()
+        waiter.name = "waiter"
+        try waiter.addExclusivity(category)
+        let group = GroupOperation(operations: [waiter])
+        let recorder = FlightRecorder()
+        recorder.attach(to: group)
+        OperationQueue().addOperation(group)
+        XCTAssertTrue(eventually { recorder.textTree(of: group).contains("held by holder") })
+        holder.finish(with: 0)
+        waitFinished(group)
+
+        let trace = try XCTUnwrap(
+            try JSONSerialization.jsonObject(with: Data(recorder.export(.chromeTrace).utf8)) as? [String: Any])
+        let events = try XCTUnwrap(trace["traceEvents"] as? [[String: Any]])
+        XCTAssertTrue(events.contains { ($0["name"] as? String)?.contains(hostile) == true }, "the wait's span")
+        let dot = recorder.export(.graphviz)
+        XCTAssertTrue(dot.contains(#"q\"\#u{301} back\\slash\nline"#), dot)
+        XCTAssertFalse(dot.contains("\u{0}") || dot.contains("\r"), dot)
+        let mermaid = recorder.export(.mermaid)
+        XCTAssertTrue(mermaid.contains("q#quot;\u{301} back\\slash line"), mermaid)
+        XCTAssertFalse(mermaid.contains("\r") || mermaid.contains("#9829;"), mermaid)
+    }
+}
