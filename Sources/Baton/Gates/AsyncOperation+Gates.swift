@@ -64,16 +64,21 @@ extension AsyncOperation {
     /// - Throws: ``BatonError/invalidArgument(operation:reason:)`` as the variadic form.
     public func addExclusivity(_ categories: [OperationCategory]) throws(BatonError) {
         try configureGate { gate throws(BatonError) in
-            var names = Set(gate.categories.map(\.laneName))
+            // An operation usually claims a few categories: a duplicate is looked for in the list, and in
+            // a set only when there are many.
+            var claimed = gate.categories
+            var seen: Set<OperationCategory>? = claimed.count + categories.count > 16 ? Set(claimed) : nil
             for category in categories {
                 guard !category.name.isEmpty else {
                     throw .invalidArgument(operation: reference, reason: "a category's name must not be empty")
                 }
-                guard names.insert(category.laneName).inserted else {
+                let duplicate = seen != nil ? !seen!.insert(category).inserted : claimed.contains(category)
+                guard !duplicate else {
                     throw .invalidArgument(operation: reference, reason: "claims category \(category) twice")
                 }
+                claimed.append(category)
             }
-            gate.categories.append(contentsOf: categories)
+            gate.categories = claimed
         }
     }
 
@@ -121,11 +126,25 @@ extension AsyncOperation {
             guard inQueue, gate.admission.isClosed, state.life.isPending else { return Admission.Action.none }
             return begin(gate, path: .announce, settled: state.isCancelled || state.life.early != nil)
         }
-        guard let action else { return true }
-        if action != .none {
+        switch action {
+        case nil:
+            return true
+        case .none?:
+            return false
+        case .request(let token)?:
+            // No conditions: the table is asked on this thread (its lock and the operation's are never
+            // held around a call into Foundation), so an uncontended claim is ready in this very read
+            // and the queue does not walk past it again. Linux's queue only caches a `true` it re-read,
+            // without scheduling, so the change is announced too, off this thread: announced here, it
+            // would make the queue walk (and re-read) every operation still to be re-read, once per
+            // operation.
+            guard request(token, goingOn: true) else { return false }
+            DispatchQueue.global().async { self.announceReady() }
+            return true
+        case let action?:
             DispatchQueue.global().async { self.perform(action) }
+            return false
         }
-        return false
     }
 
     /// Called by a Baton entry point about to add the operation to `queue`: `true` to add it now. An
@@ -143,7 +162,7 @@ extension AsyncOperation {
             return begin(gate, path: .launch, settled: settled)
         }
         // Refused at once, or a request granted at once, comes back as `proceed`: added in this call.
-        return action == .none || perform(action, launching: true)
+        return action == .none || perform(action, goingOn: true)
     }
 
     /// Feeds `begin` (under the lock). `settled`: the operation will not execute anyway.
@@ -162,10 +181,11 @@ extension AsyncOperation {
 
     // MARK: - Acting
 
-    /// Performs an admission action. With `launching`, a `proceed` along the launch path is not
-    /// performed but returned as `true` (the caller adds the operation).
+    /// Performs an admission action. With `goingOn`, a `proceed` along the launch or the announce path
+    /// is not performed but returned as `true`: the caller goes on itself (adds the operation to its
+    /// queue, or answers `isReady` with `true`).
     @discardableResult
-    func perform(_ action: Admission.Action, launching: Bool = false) -> Bool {
+    func perform(_ action: Admission.Action, goingOn: Bool = false) -> Bool {
         switch action {
         case .none:
             return false
@@ -174,9 +194,9 @@ extension AsyncOperation {
             DispatchQueue.global().async { self.evaluateConditions(token) }
             return false
         case .request(let token):
-            return request(token, launching: launching)
+            return request(token, goingOn: goingOn)
         case .proceed(let path):
-            return proceed(path, launching: launching)
+            return proceed(path, goingOn: goingOn)
         case .abandon(let path):
             let evaluation = core.withLock { state in
                 defer { state.gate?.evaluation = nil }
@@ -184,23 +204,24 @@ extension AsyncOperation {
             }
             evaluation?.abandon()
             recordWait(conditions: true)
-            return proceed(path, launching: launching)
+            return proceed(path, goingOn: goingOn)
         case .withdraw(_, let path):
             Gatekeeper.withdraw(self)
             recordWait(conditions: false)
-            return proceed(path, launching: launching)
+            return proceed(path, goingOn: goingOn)
         case .giveBack:
             return false
         }
     }
 
-    private func proceed(_ path: Admission.Path, launching: Bool) -> Bool {
+    private func proceed(_ path: Admission.Path, goingOn: Bool) -> Bool {
         switch path {
         case .announce:
+            if goingOn { return true }
             announceReady()
         case .launch:
             guard let queue = takeLaunchTarget() else { return false }
-            if launching { return true }
+            if goingOn { return true }
             queue.addOperation(self)
         case .start:
             Trampoline.run { self.start() }
@@ -244,9 +265,11 @@ extension AsyncOperation {
                     self.conditionsAnswered(token, .cancelled, evaluation)
                 }
             }
-            let timeout = condition.timeout
+            // The timeout holds the answer until it fires; once answered, the answer lets go of what it
+            // captured, so a long timeout keeps only a small shell alive.
+            let (timeout, name) = (condition.timeout, condition.name)
             DispatchQueue.global().asyncAfter(deadline: timeout.deadlineFromNow) {
-                answer(.failed(BatonError.conditionTimedOut(condition: condition.name, after: timeout)))
+                answer(.failed(BatonError.conditionTimedOut(condition: name, after: timeout)))
             }
             condition.evaluate(context, in: evaluation, queue: started.queue) { answer($0) }
         }
@@ -279,7 +302,7 @@ extension AsyncOperation {
     // MARK: - Categories
 
     /// Asks for the categories; granted at once, the gate opens on this thread.
-    private func request(_ token: UInt64, launching: Bool) -> Bool {
+    private func request(_ token: UInt64, goingOn: Bool) -> Bool {
         let (categories, parent) = core.withLock { state in
             (state.gate?.categories ?? [], (state.gate?.launchTarget ?? state.launchQueue) as? ChildQueue)
         }
@@ -298,7 +321,7 @@ extension AsyncOperation {
                 if action != .none { _ = state.life.finish(.failed(error), carriesResult: true) }
                 return action
             }
-            return perform(action, launching: launching)
+            return perform(action, goingOn: goingOn)
         }
         enum Asked {
             case stale, waiting
@@ -325,7 +348,7 @@ extension AsyncOperation {
             watchForSlowWait(token, categories: categories)
             return false
         case .granted(let action):
-            return perform(action, launching: launching)
+            return perform(action, goingOn: goingOn)
         }
     }
 

@@ -16,16 +16,40 @@
 struct ClaimTable<Waiter> {
     /// One lane's holders and waiting line.
     struct LaneState {
-        /// Each holder's waiter (for the live view). A request names a lane once, so an id holds a
-        /// lane at most once.
-        var holders: [UInt64: Waiter] = [:]
+        /// How many may hold it at once.
+        var limit: Int
+        /// The first holder, kept inline: a lane of limit 1 (exclusivity, the common case) never
+        /// allocates for its holders.
+        var holder: (id: UInt64, waiter: Waiter)?
+        /// The holders beyond the first, for limits above 1. A request names a lane once, so an id holds
+        /// a lane at most once.
+        var otherHolders: [UInt64: Waiter] = [:]
         /// Waiting request ids, oldest first from `head`.
         var line: [UInt64] = []
         var head = 0
 
-        var held: Int { holders.count }
+        init(limit: Int) {
+            self.limit = limit
+        }
+
+        var held: Int { (holder == nil ? 0 : 1) + otherHolders.count }
+        var hasRoom: Bool { held < limit }
         var waitingCount: Int { line.count - head }
         var first: UInt64? { head < line.count ? line[head] : nil }
+        var isUnused: Bool { holder == nil && otherHolders.isEmpty && head == line.count }
+
+        mutating func addHolder(_ id: UInt64, _ waiter: Waiter) {
+            if holder == nil { holder = (id, waiter) } else { otherHolders[id] = waiter }
+        }
+
+        /// `false` when `id` did not hold it.
+        mutating func removeHolder(_ id: UInt64) -> Bool {
+            if holder?.id == id {
+                holder = nil
+                return true
+            }
+            return otherHolders.removeValue(forKey: id) != nil
+        }
 
         mutating func popFirst() {
             head += 1
@@ -44,6 +68,8 @@ struct ClaimTable<Waiter> {
         let waiter: Waiter
     }
 
+    /// The lanes in use (held, or waited for); a lane nobody holds or wants is dropped. Every change
+    /// goes through an index into this dictionary, so a lane is hashed once per step.
     private(set) var lanes: [Lane: LaneState] = [:]
     private(set) var waiting: [UInt64: Request] = [:]
     /// Requests taken back while waiting, with how many line entries of theirs are still to be dropped
@@ -52,13 +78,17 @@ struct ClaimTable<Waiter> {
     private var limits: [Lane.Name: Int] = [:]
 
     /// How many may hold `name` at once (1 unless set).
-    func limit(of name: Lane.Name) -> Int { limits[name] ?? 1 }
+    func limit(of name: Lane.Name) -> Int { limits.isEmpty ? 1 : limits[name] ?? 1 }
 
     /// Changes a limit; requests that now fit are granted.
     mutating func setLimit(_ limit: Int, of name: Lane.Name) -> [(UInt64, Waiter)] {
         limits[name] = limit
         var granted: [(UInt64, Waiter)] = []
-        for lane in lanes.keys where lane.name == name { grantFromHead(of: lane, into: &granted) }
+        let affected = lanes.keys.filter { $0.name == name }
+        for lane in affected {
+            lanes[lane]?.limit = limit
+            grantFromHead(of: lane, into: &granted)
+        }
         return granted
     }
 
@@ -66,15 +96,30 @@ struct ClaimTable<Waiter> {
     /// kept as the lanes' holder. `false`: the request waits in every lane's line until ``release(_:by:)`` or another call grants
     /// it, or ``withdraw(_:)`` takes it back.
     mutating func request(_ id: UInt64, lanes wanted: [Lane], waiter: Waiter) -> Bool {
-        if wanted.allSatisfy({ lane in
-            let state = lanes[lane]
-            return (state?.waitingCount ?? 0) == 0 && (state?.held ?? 0) < limit(of: lane.name)
-        }) {
-            for lane in wanted { take(lane, for: id, waiter) }
+        if wanted.count == 1 {
+            // One lane, one lookup: take it when it is free and nobody waits, or join its line.
+            let lane = wanted[0]
+            let granted = withLane(lane) { state in
+                guard state.waitingCount == 0, state.hasRoom else {
+                    state.line.append(id)
+                    return false
+                }
+                state.addHolder(id, waiter)
+                return true
+            }
+            if !granted { waiting[id] = Request(lanes: wanted, waiter: waiter) }
+            return granted
+        }
+        let free = wanted.allSatisfy { lane in
+            guard let state = lanes[lane] else { return true }
+            return state.waitingCount == 0 && state.hasRoom
+        }
+        if free {
+            for lane in wanted { withLane(lane) { $0.addHolder(id, waiter) } }
             return true
         }
         waiting[id] = Request(lanes: wanted, waiter: waiter)
-        for lane in wanted { lanes[lane, default: LaneState()].line.append(id) }
+        for lane in wanted { withLane(lane) { $0.line.append(id) } }
         return false
     }
 
@@ -82,10 +127,9 @@ struct ClaimTable<Waiter> {
     mutating func release(_ held: [Lane], by id: UInt64) -> [(UInt64, Waiter)] {
         var granted: [(UInt64, Waiter)] = []
         for lane in held {
-            guard var state = lanes[lane], state.holders.removeValue(forKey: id) != nil else { continue }
-            lanes[lane] = state
+            guard let index = lanes.index(forKey: lane), lanes.values[index].removeHolder(id) else { continue }
+            grantFromHead(at: index, into: &granted)
         }
-        for lane in held { grantFromHead(of: lane, into: &granted) }
         return granted
     }
 
@@ -101,8 +145,10 @@ struct ClaimTable<Waiter> {
 
     /// Who holds `lane` now, oldest id first, for the live view.
     func holders(of lane: Lane) -> [(id: UInt64, waiter: Waiter)] {
-        guard let holders = lanes[lane]?.holders else { return [] }
-        return holders.map { (id: $0.key, waiter: $0.value) }.sorted { $0.id < $1.id }
+        guard let state = lanes[lane] else { return [] }
+        var holders = state.otherHolders.map { (id: $0.key, waiter: $0.value) }
+        if let first = state.holder { holders.append(first) }
+        return holders.sorted { $0.id < $1.id }
     }
 
     /// Whether the table holds nothing and nobody waits: what a test checks once everything finished.
@@ -110,44 +156,60 @@ struct ClaimTable<Waiter> {
         waiting.isEmpty && lanes.values.allSatisfy { $0.held == 0 && $0.waitingCount == 0 }
     }
 
-    private mutating func take(_ lane: Lane, for id: UInt64, _ waiter: Waiter) {
-        lanes[lane, default: LaneState()].holders[id] = waiter
+    /// Runs `body` on `lane`'s state in place, making it (with its limit) when the lane is not in use.
+    private mutating func withLane<Result>(_ lane: Lane, _ body: (inout LaneState) -> Result) -> Result {
+        if let index = lanes.index(forKey: lane) { return body(&lanes.values[index]) }
+        var state = LaneState(limit: limit(of: lane.name))
+        let result = body(&state)
+        lanes[lane] = state
+        return result
     }
 
-    /// Drops withdrawn ids from the head of `lane`'s line.
-    private mutating func skipWithdrawn(in lane: Lane) {
-        guard var state = lanes[lane] else { return }
+    /// Drops withdrawn ids from the head of a line.
+    private static func skip(_ withdrawn: inout [UInt64: Int], in state: inout LaneState) {
         while let first = state.first, let left = withdrawn[first] {
             state.popFirst()
             withdrawn[first] = left > 1 ? left - 1 : nil
         }
-        lanes[lane] = state
     }
 
-    /// Grants the head of `lane`'s line while it fits, cascading to the lanes each grant pops.
-    private mutating func grantFromHead(of start: Lane, into granted: inout [(UInt64, Waiter)]) {
-        var pending = [start]
-        while let lane = pending.popLast() {
-            skipWithdrawn(in: lane)
-            if let state = lanes[lane], state.held == 0, state.waitingCount == 0 {
-                // Nobody holds or wants it: forget it (lanes under a composite come and go with it).
-                lanes[lane] = nil
+    private mutating func grantFromHead(of lane: Lane, into granted: inout [(UInt64, Waiter)]) {
+        guard let index = lanes.index(forKey: lane) else { return }
+        grantFromHead(at: index, into: &granted)
+    }
+
+    /// Grants the head of a lane's line while it fits, cascading to the lanes each grant pops.
+    private mutating func grantFromHead(at start: [Lane: LaneState].Index, into granted: inout [(UInt64, Waiter)]) {
+        var next: [Lane: LaneState].Index? = start
+        var pending: [Lane] = []
+        while true {
+            guard let index = next ?? pending.popLast().flatMap({ lanes.index(forKey: $0) }) else {
+                if pending.isEmpty { return }
                 continue
             }
-            guard let state = lanes[lane], let id = state.first, state.held < limit(of: lane.name),
-                let request = waiting[id]
-            else { continue }
+            next = nil
+            if !withdrawn.isEmpty { Self.skip(&withdrawn, in: &lanes.values[index]) }
+            let state = lanes.values[index]
+            if state.isUnused {
+                // Nobody holds or wants it: forget it (lanes under a composite come and go with it).
+                lanes.remove(at: index)
+                continue
+            }
+            guard state.hasRoom, let id = state.first, let request = waiting[id] else { continue }
             // Granted only when it heads every line it waits in and every lane has room.
-            for other in request.lanes where other != lane { skipWithdrawn(in: other) }
             let fits = request.lanes.allSatisfy { other in
-                guard let otherState = lanes[other] else { return false }
-                return otherState.first == id && otherState.held < limit(of: other.name)
+                guard let otherIndex = lanes.index(forKey: other) else { return false }
+                if !withdrawn.isEmpty { Self.skip(&withdrawn, in: &lanes.values[otherIndex]) }
+                let otherState = lanes.values[otherIndex]
+                return otherState.first == id && otherState.hasRoom
             }
             guard fits else { continue }
             waiting[id] = nil
             for other in request.lanes {
-                lanes[other]?.popFirst()
-                take(other, for: id, request.waiter)
+                withLane(other) { state in
+                    state.popFirst()
+                    state.addHolder(id, request.waiter)
+                }
             }
             granted.append((id, request.waiter))
             // The lines it left may now let their next request through.
@@ -160,9 +222,27 @@ struct ClaimTable<Waiter> {
 /// ancestor holds the category claims it under that ancestor (`under` is the ancestor's serial number),
 /// so it contends with its siblings, never with the ancestor; top-level claims have `under == 0`.
 struct Lane: Hashable, Sendable {
+    /// A category in a scope, with its hash worked out once: tables hash lanes on every step, and a
+    /// category's name is a string.
     struct Name: Hashable, Sendable {
         let scope: ObjectIdentifier
         let category: String
+        private let hash: Int
+
+        init(scope: ObjectIdentifier, category: String) {
+            self.scope = scope
+            self.category = category
+            var hasher = Hasher()
+            hasher.combine(scope)
+            hasher.combine(category)
+            hash = hasher.finalize()
+        }
+
+        static func == (lhs: Name, rhs: Name) -> Bool {
+            lhs.hash == rhs.hash && lhs.scope == rhs.scope && lhs.category == rhs.category
+        }
+
+        func hash(into hasher: inout Hasher) { hasher.combine(hash) }
     }
     let name: Name
     let under: UInt64

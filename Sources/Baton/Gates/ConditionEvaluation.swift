@@ -37,19 +37,20 @@ final class Evaluation: Sendable {
 
 /// Passes on the first answer only: a condition that answers twice is answered once.
 final class FirstAnswer: Sendable {
-    private let answered = Mutex(false)
-    private let answer: @Sendable (ConditionResult) -> Void
+    /// The answer, until it is given: taken out then, so whoever still holds this (a timeout that has
+    /// not fired yet) holds nothing of what the answer captured.
+    private let answer: Mutex<(@Sendable (ConditionResult) -> Void)?>
 
     init(_ answer: @escaping @Sendable (ConditionResult) -> Void) {
-        self.answer = answer
+        self.answer = Mutex(answer)
     }
 
     func callAsFunction(_ result: ConditionResult) {
-        let first = answered.withLock { answered -> Bool in
-            defer { answered = true }
-            return !answered
+        let first = answer.withLock { answer in
+            defer { answer = nil }
+            return answer
         }
-        if first { answer(result) }
+        first?(result)
     }
 }
 

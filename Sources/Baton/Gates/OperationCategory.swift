@@ -23,6 +23,7 @@ public struct OperationCategory: Hashable, Sendable, CustomStringConvertible, Ex
     public init(_ name: String, in scope: ExclusivityScope = .process) {
         self.name = name
         self.scope = scope
+        laneName = Lane.Name(scope: ObjectIdentifier(scope), category: name)
     }
 
     /// A category named after a type (its fully qualified name), such as a model or a store.
@@ -46,7 +47,14 @@ public struct OperationCategory: Hashable, Sendable, CustomStringConvertible, Ex
         scope === ExclusivityScope.process ? "'\(name)'" : "'\(name)' in \(scope.name)"
     }
 
-    var laneName: Lane.Name { Lane.Name(scope: ObjectIdentifier(scope), category: name) }
+    /// Categories are equal when they have the same name in the same scope.
+    public static func == (lhs: OperationCategory, rhs: OperationCategory) -> Bool { lhs.laneName == rhs.laneName }
+
+    /// Hashes the name and the scope's identity.
+    public func hash(into hasher: inout Hasher) { hasher.combine(laneName) }
+
+    /// The name and scope as the claim table knows them (hashed once).
+    let laneName: Lane.Name
 }
 
 /// A namespace of categories with their own limits: a subsystem keeps its categories apart from the
