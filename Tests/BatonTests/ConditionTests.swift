@@ -98,6 +98,30 @@ final class ConditionTests: BatonTestCase {
         XCTAssertEqual(operation.executions.value, 0)
     }
 
+    /// A condition that never answers is timed out after a minute; an operation cancelled meanwhile
+    /// must not leave that timeout holding the condition (and what its answer captured) for the minute.
+    func testAnAbandonedEvaluationLeavesItsTimeoutsHoldingNothing() throws {
+        weak var weakCondition: Condition?
+        weak var weakOperation: CountingOperation?
+        try inScope {
+            let started = Gate()
+            let condition = Condition("never", timeout: .seconds(60)) {
+                (_: ConditionContext, _: @escaping @Sendable (ConditionResult) -> Void) in started.open()
+            }
+            let operation = CountingOperation()
+            try operation.addCondition(condition)
+            weakCondition = condition
+            weakOperation = operation
+            OperationQueue().addOperation(operation)
+            started.wait()
+            operation.cancel()
+            waitFinished(operation)
+            XCTAssertEqual(operation.outcome?.isCancelled, true)
+        }
+        XCTAssertTrue(eventually { weakOperation == nil }, "the operation was not freed")
+        XCTAssertTrue(eventually { weakCondition == nil }, "the pending timeout still holds the condition")
+    }
+
     func testAConditionAnsweringTwiceCountsOnce() throws {
         let twice = Condition("twice") { (_: ConditionContext, answer: @escaping @Sendable (ConditionResult) -> Void) in
             answer(.satisfied)

@@ -18,15 +18,6 @@ final class GateAttackTests: BatonTestCase {
         }
     }
 
-    /// A holder of `category` started on its own queue, executing until `finish(with:)`.
-    private func holding(_ category: OperationCategory) throws -> ManualOperation {
-        let holder = ManualOperation(name: "holder")
-        try holder.addExclusivity(category)
-        OperationQueue().addOperation(holder)
-        XCTAssertTrue(holder.started.wait())
-        return holder
-    }
-
     // MARK: - Decide, hop, act
 
     func testAStartByHandRacingTheGrantExecutesTheWaiterOnce() throws {
@@ -56,6 +47,43 @@ final class GateAttackTests: BatonTestCase {
             XCTAssertEqual(waiter.executions.value, 1, "trial \(trial)")
             XCTAssertEqual(finishes.value, 1, "trial \(trial)")
             XCTAssertEqual(waiter.outcome?.isSuccess, true, "trial \(trial): \(String(describing: waiter.outcome))")
+        }
+        XCTAssertTrue(eventually { Gatekeeper.isIdle })
+    }
+
+    /// An uncontended claim in a plain queue is asked for in a read of `isReady`: readers on several
+    /// threads, the queue's own reads, a cancel and a start by hand all race the one request, and the
+    /// operation still executes at most once, finishes once and leaves nothing held.
+    func testReadersOfIsReadyRacingACancelAndAStartByHandAskOnce() throws {
+        let readers = 3
+        for trial in 0..<300 {
+            let x = OperationCategory("x", in: ExclusivityScope("ready race \(trial)"))
+            let waiter = Counting()
+            try waiter.addExclusivity(x)
+            let finishes = Locked(0)
+            waiter.onFinish { _ in finishes.increment() }
+            let go = Gate()
+            // Readers of isReady, and a cancel (one trial in three) or a start by hand (one in three).
+            var racers: [@Sendable () -> Void] = Array(repeating: { for _ in 0..<5 { _ = waiter.isReady } }, count: readers)
+            switch trial % 3 {
+            case 0: racers.append { waiter.cancel() }
+            case 1: racers.append { waiter.start() }
+            default: break
+            }
+            for racer in racers {
+                Thread {
+                    XCTAssertTrue(go.wait())
+                    racer()
+                }.start()
+            }
+            let queue = OperationQueue()
+            queue.maxConcurrentOperationCount = trial % 2 == 0 ? 1 : 4
+            queue.addOperation(waiter)
+            for _ in racers { go.open() }
+            waitFinished(waiter)
+            XCTAssertLessThanOrEqual(waiter.executions.value, 1, "trial \(trial)")
+            XCTAssertTrue(eventually { finishes.value == 1 }, "trial \(trial): \(finishes.value) finishes")
+            if trial % 3 != 0 { XCTAssertEqual(waiter.outcome?.isSuccess, true, "trial \(trial)") }
         }
         XCTAssertTrue(eventually { Gatekeeper.isIdle })
     }
@@ -96,8 +124,12 @@ final class GateAttackTests: BatonTestCase {
         let holder = try holding(x)
         let queue = OperationQueue()
         queue.maxConcurrentOperationCount = 1
-        let waiters = (0..<100).map { _ in Counting() }
-        for waiter in waiters { try waiter.addExclusivity(x) }
+        let waiters = (0..<200).map { _ in Counting() }
+        // Half wait for x; the other half claim a category of their own, granted in the queue's reads
+        // of isReady while the queue is suspended, resumed and cancelled around them.
+        for (index, waiter) in waiters.enumerated() {
+            try waiter.addExclusivity(index % 2 == 0 ? x : OperationCategory("own \(index)", in: x.scope))
+        }
         queue.addOperations(waiters, waitUntilFinished: false)
         let go = Gate()
         let togglers = (0..<4).map { _ in
@@ -115,6 +147,7 @@ final class GateAttackTests: BatonTestCase {
         holder.finish(with: 0)
         for waiter in waiters { waitFinished(waiter) }
         XCTAssertTrue(waiters.allSatisfy { $0.outcome?.isCancelled == true || $0.outcome?.isSuccess == true })
+        XCTAssertTrue(waiters.allSatisfy { $0.executions.value <= 1 })
         XCTAssertTrue(eventually { Gatekeeper.isIdle })
     }
 
@@ -259,10 +292,7 @@ final class GateAttackTests: BatonTestCase {
         let waiter = Counting()
         waiter.name = "waiter"
         try waiter.addExclusivity(category)
-        let group = GroupOperation(operations: [waiter])
-        let recorder = FlightRecorder()
-        recorder.attach(to: group)
-        OperationQueue().addOperation(group)
+        let (group, recorder) = recordedGroup([waiter])
         XCTAssertTrue(eventually { recorder.textTree(of: group).contains("held by holder") })
         holder.finish(with: 0)
         waitFinished(group)

@@ -7,10 +7,10 @@ final class OperationGate {
     var conditions: [Condition] = []
     var categories: [OperationCategory] = []
     var admission = Admission()
-    /// The lanes it holds while open.
-    var held: [Lane] = []
-    /// The lanes it asked for (what it waits for, while it waits).
-    var requested: [Lane] = []
+    /// The lanes it asked for: what it waits for while it waits, and holds while open.
+    var lanes: [Lane] = []
+    /// The lanes it holds: its lanes while the gate is open, none before or after.
+    var held: [Lane] { admission.stage == .open ? lanes : [] }
     var evaluation: Evaluation?
     /// The queue a Baton entry point holds it back from until the gate opens.
     var launchTarget: OperationQueue?
@@ -265,8 +265,10 @@ extension AsyncOperation {
                     self.conditionsAnswered(token, .cancelled, evaluation)
                 }
             }
-            // The timeout holds the answer until it fires; once answered, the answer lets go of what it
-            // captured, so a long timeout keeps only a small shell alive.
+            // The timeout holds the answer until it fires; once answered, or once the evaluation is
+            // abandoned, the answer lets go of what it captured, so a long timeout keeps only a small
+            // shell alive.
+            evaluation.onAbandon { [weak answer] in answer?.discard() }
             let (timeout, name) = (condition.timeout, condition.name)
             DispatchQueue.global().asyncAfter(deadline: timeout.deadlineFromNow) {
                 answer(.failed(BatonError.conditionTimedOut(condition: name, after: timeout)))
@@ -332,12 +334,11 @@ extension AsyncOperation {
         // operation's, then the table's; never the reverse.
         let asked: Asked = core.withLock { state in
             guard let gate = state.gate, gate.admission.stage == .waiting(token) else { return .stale }
-            gate.requested = lanes
+            gate.lanes = lanes
             guard Gatekeeper.request(self, token: token, lanes: lanes) else {
                 gate.waitingSince.categories = .now
                 return .waiting
             }
-            gate.held = lanes
             return .granted(gate.admission.granted(token))
         }
         switch asked {
@@ -392,13 +393,10 @@ extension AsyncOperation {
     }
 
     /// A grant for the request of `token` arrived. Returns the lanes to give back when the request was
-    /// cancelled meanwhile; otherwise the gate is open and (with `performing`) the operation goes on.
+    /// cancelled meanwhile; otherwise the gate is open and the operation goes on.
     func categoriesGranted(_ token: UInt64, lanes: [Lane]) -> [Lane]? {
         let action: Admission.Action = core.withLock { state in
-            guard let gate = state.gate else { return .giveBack }
-            let action = gate.admission.granted(token)
-            if case .proceed = action { gate.held = lanes }
-            return action
+            state.gate?.admission.granted(token) ?? .giveBack
         }
         if action == .giveBack { return lanes }
         recordWait(conditions: false)
@@ -422,11 +420,11 @@ extension AsyncOperation {
         let (release, lanes, evaluation): (Admission.Release, [Lane], Evaluation?) = core.withLock { state in
             guard let gate = state.gate else { return (.none, [], nil) }
             defer {
-                gate.held = []
                 gate.evaluation = nil
                 gate.launchTarget = nil
             }
-            return (gate.admission.finish(), gate.held, gate.evaluation)
+            let held = gate.held
+            return (gate.admission.finish(), held, gate.evaluation)
         }
         switch release {
         case .none: break
@@ -481,7 +479,7 @@ extension AsyncOperation {
     /// 'database', held by nightly`; `nil` when it is not waiting there.
     func gateWaitDescription() -> String? {
         let (stage, categories, requested) = core.withLock { state in
-            (state.gate?.admission.stage, state.gate?.categories ?? [], state.gate?.requested ?? [])
+            (state.gate?.admission.stage, state.gate?.categories ?? [], state.gate?.lanes ?? [])
         }
         switch stage {
         case .evaluating?:

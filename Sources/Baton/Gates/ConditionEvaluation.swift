@@ -52,6 +52,11 @@ final class FirstAnswer: Sendable {
         }
         first?(result)
     }
+
+    /// Drops the answer unanswered: nobody wants it any more (the evaluation was abandoned).
+    func discard() {
+        answer.withLock { $0 = nil }
+    }
 }
 
 extension Condition {

@@ -257,3 +257,25 @@ final class ConcurrencyMeter: Sendable {
     }
     func leave() { counts.mutate { $0.now -= 1 } }
 }
+
+/// A `ManualOperation` named "holder" that claims `category`, added to `queue` and executing (holding
+/// the category) when this returns.
+func holding(
+    _ category: OperationCategory, on queue: OperationQueue = OperationQueue(), file: StaticString = #filePath,
+    line: UInt = #line
+) throws -> ManualOperation {
+    let holder = ManualOperation(name: "holder")
+    try holder.addExclusivity(category)
+    queue.addOperation(holder)
+    XCTAssertTrue(holder.started.wait(), "the holder never started", file: file, line: line)
+    return holder
+}
+
+/// A group of `operations` recorded by a new `FlightRecorder`, added to a new queue.
+func recordedGroup(_ operations: [Operation]) -> (group: GroupOperation, recorder: FlightRecorder) {
+    let group = GroupOperation(operations: operations)
+    let recorder = FlightRecorder()
+    recorder.attach(to: group)
+    OperationQueue().addOperation(group)
+    return (group, recorder)
+}
