@@ -70,6 +70,133 @@ final class ExclusivityTests: BatonTestCase {
         XCTAssertTrue(table.isIdle)
     }
 
+    /// A deterministic generator for the randomized checks below (SplitMix64): a failure names its seed.
+    struct SplitMix {
+        var state: UInt64
+        mutating func next(_ bound: Int) -> Int {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return Int((z ^ (z >> 31)) % UInt64(bound))
+        }
+    }
+
+    /// The lane map against a `Dictionary`, through growth to thousands of lanes, removal with backward
+    /// shifts, and shrinking back: the same lanes, the same states, and records that keep their
+    /// identity across every resize.
+    func testTheLaneMapAgreesWithADictionaryThroughGrowthAndShrinking() {
+        let scope = ObjectIdentifier(ExclusivityScope.process)
+        // The same names at several levels: lanes that differ only in `under`.
+        let lanes = (0..<3_000).map { Lane(name: .init(scope: scope, category: "l\($0 % 1_000)"), under: UInt64($0 / 1_000)) }
+        var random = SplitMix(state: 20_261_124)
+        var map = LaneMap<Int>()
+        var model: [Lane: (value: Int, record: LaneMap<Int>.Record)] = [:]
+        for step in 0..<60_000 {
+            // Mostly inserts in the first third, mostly removals in the last: the table grows and shrinks.
+            let insertOdds = step < 20_000 ? 8 : step < 40_000 ? 5 : 2
+            let lane = lanes[random.next(lanes.count)]
+            if random.next(10) < insertOdds {
+                if let known = model[lane] {
+                    XCTAssertTrue(map.record(for: lane) === known.record, "step \(step)")
+                    known.record.state += 1
+                    model[lane]!.value += 1
+                } else {
+                    model[lane] = (step, map.insert(lane, step))
+                }
+            } else if let known = model.removeValue(forKey: lane) {
+                map.remove(known.record)
+                map.shrinkIfSparse()
+            }
+            XCTAssertEqual(map.count, model.count, "step \(step)")
+        }
+        for lane in lanes {
+            XCTAssertEqual(map[lane], model[lane]?.value, "\(lane)")
+            if let known = model[lane] { XCTAssertTrue(map.record(for: lane) === known.record) }
+        }
+        for (_, known) in model { map.remove(known.record) }
+        map.shrinkIfSparse()
+        XCTAssertEqual(map.count, 0)
+        XCTAssertTrue(map.records.isEmpty)
+    }
+
+    /// The table against a reference that decides by brute force after every event (grant every
+    /// waiting request that heads each of its lines where its lane has room, until none does), over
+    /// random requests of one to three lanes with limits of one and two, releases and withdrawals:
+    /// the same grants, never more holders than a limit, and idle at the end.
+    func testTheTableGrantsWhatABruteForceReferenceGrants() {
+        let scope = ObjectIdentifier(ExclusivityScope.process)
+        let names = (0..<5).map { Lane.Name(scope: scope, category: "r\($0)") }
+        let lanes = names.map { Lane(name: $0, under: 0) }
+        let limits = [1, 1, 2, 1, 2]
+        for seed in 1...40 as ClosedRange<UInt64> {
+            var random = SplitMix(state: seed)
+            var table = ClaimTable<UInt64>()
+            for (name, limit) in zip(names, limits) where limit > 1 { _ = table.setLimit(limit, of: name) }
+            // The reference: who holds what, and each lane's line of waiting ids, oldest first.
+            var holding: [UInt64: [Int]] = [:]
+            var waitingFor: [UInt64: [Int]] = [:]
+            var lines = Array(repeating: [UInt64](), count: lanes.count)
+            func holders(_ lane: Int) -> Int { holding.values.filter { $0.contains(lane) }.count }
+            func referenceGrants() -> Set<UInt64> {
+                var granted = Set<UInt64>()
+                while let id = waitingFor.keys.sorted().first(where: { id in
+                    waitingFor[id]!.allSatisfy { lines[$0].first == id && holders($0) < limits[$0] }
+                }) {
+                    for lane in waitingFor[id]! { lines[lane].removeFirst() }
+                    holding[id] = waitingFor.removeValue(forKey: id)
+                    granted.insert(id)
+                }
+                return granted
+            }
+            func release(_ holder: UInt64) {
+                let granted = table.release(holding.removeValue(forKey: holder)!.map { lanes[$0] }, by: holder)
+                XCTAssertEqual(Set(granted.map(\.0)), referenceGrants(), "seed \(seed), release of \(holder)")
+            }
+            func withdraw(_ waiter: UInt64) {
+                for lane in waitingFor.removeValue(forKey: waiter)! { lines[lane].removeAll { $0 == waiter } }
+                let granted = table.withdraw(waiter)
+                XCTAssertEqual(
+                    granted.map { Set($0.map(\.0)) }, referenceGrants(), "seed \(seed), withdrawal of \(waiter)")
+            }
+            for id in 1...300 as ClosedRange<UInt64> {
+                switch random.next(10) {
+                case 0...4:
+                    var wanted: [Int] = []
+                    for _ in 0...random.next(3) {
+                        let lane = random.next(lanes.count)
+                        if !wanted.contains(lane) { wanted.append(lane) }
+                    }
+                    let granted = table.request(id, lanes: wanted.map { lanes[$0] }, waiter: id)
+                    waitingFor[id] = wanted
+                    for lane in wanted { lines[lane].append(id) }
+                    let expected = referenceGrants()
+                    XCTAssertEqual(granted, expected.contains(id), "seed \(seed), request \(id)")
+                    XCTAssertTrue(expected.subtracting([id]).isEmpty, "seed \(seed): a request lets nobody else in")
+                case 5...7:
+                    if let holder = holding.keys.sorted().dropFirst(random.next(max(holding.count, 1))).first {
+                        release(holder)
+                    }
+                default:
+                    if let waiter = waitingFor.keys.sorted().dropFirst(random.next(max(waitingFor.count, 1))).first {
+                        withdraw(waiter)
+                    }
+                }
+                for (index, lane) in lanes.enumerated() {
+                    XCTAssertEqual(table.holders(of: lane).count, holders(index), "seed \(seed)")
+                    XCTAssertLessThanOrEqual(holders(index), limits[index])
+                }
+            }
+            // Everything given back and taken back (which may let the last waiters through first).
+            while let holder = holding.keys.min() { release(holder) }
+            while let waiter = waitingFor.keys.min() {
+                withdraw(waiter)
+                while let holder = holding.keys.min() { release(holder) }
+            }
+            XCTAssertTrue(table.isIdle, "seed \(seed)")
+        }
+    }
+
     // MARK: - At most N at a time
 
     func testAtMostOneHolderExecutesAtATimeInAFoundationQueue() {

@@ -68,9 +68,9 @@ struct ClaimTable<Waiter> {
         let waiter: Waiter
     }
 
-    /// The lanes in use (held, or waited for); a lane nobody holds or wants is dropped. Every change
-    /// goes through an index into this dictionary, so a lane is hashed once per step.
-    private(set) var lanes: [Lane: LaneState] = [:]
+    /// The lanes in use (held, or waited for); a lane nobody holds or wants is dropped. A lane is
+    /// looked up once per step, and changed in place through its record.
+    private(set) var lanes = LaneMap<LaneState>()
     private(set) var waiting: [UInt64: Request] = [:]
     /// Requests taken back while waiting, with how many line entries of theirs are still to be dropped
     /// (lazily, when each reaches the head of its line).
@@ -84,52 +84,56 @@ struct ClaimTable<Waiter> {
     mutating func setLimit(_ limit: Int, of name: Lane.Name) -> [(UInt64, Waiter)] {
         limits[name] = limit
         var granted: [(UInt64, Waiter)] = []
-        let affected = lanes.keys.filter { $0.name == name }
-        for lane in affected {
-            lanes[lane]?.limit = limit
-            grantFromHead(of: lane, into: &granted)
+        for record in lanes.records where record.lane.name == name {
+            record.state.limit = limit
+            grantFromHead(of: record, into: &granted)
         }
+        lanes.shrinkIfSparse()
         return granted
     }
 
     /// Asks for every lane of `lanes` (each named once) at once. `true`: granted now, and `waiter` is
-    /// kept as the lanes' holder. `false`: the request waits in every lane's line until ``release(_:by:)`` or another call grants
-    /// it, or ``withdraw(_:)`` takes it back.
+    /// kept as the lanes' holder. `false`: the request waits in every lane's line until
+    /// ``release(_:by:)`` or another call grants it, or ``withdraw(_:)`` takes it back.
     mutating func request(_ id: UInt64, lanes wanted: [Lane], waiter: Waiter) -> Bool {
         if wanted.count == 1 {
             // One lane, one lookup: take it when it is free and nobody waits, or join its line.
             let lane = wanted[0]
-            let granted = withLane(lane) { state in
-                guard state.waitingCount == 0, state.hasRoom else {
-                    state.line.append(id)
-                    return false
-                }
+            guard let record = lanes.record(for: lane) else {
+                var state = LaneState(limit: limit(of: lane.name))
                 state.addHolder(id, waiter)
+                _ = lanes.insert(lane, state)
                 return true
             }
-            if !granted { waiting[id] = Request(lanes: wanted, waiter: waiter) }
-            return granted
-        }
-        let free = wanted.allSatisfy { lane in
-            guard let state = lanes[lane] else { return true }
-            return state.waitingCount == 0 && state.hasRoom
-        }
-        if free {
-            for lane in wanted { withLane(lane) { $0.addHolder(id, waiter) } }
+            guard record.state.waitingCount == 0, record.state.hasRoom else {
+                record.state.line.append(id)
+                waiting[id] = Request(lanes: wanted, waiter: waiter)
+                return false
+            }
+            record.state.addHolder(id, waiter)
             return true
         }
-        waiting[id] = Request(lanes: wanted, waiter: waiter)
-        for lane in wanted { withLane(lane) { $0.line.append(id) } }
-        return false
+        let records = wanted.map { lanes.record(for: $0) }
+        let free = records.allSatisfy { record in
+            guard let state = record?.state else { return true }
+            return state.waitingCount == 0 && state.hasRoom
+        }
+        if !free { waiting[id] = Request(lanes: wanted, waiter: waiter) }
+        for (lane, record) in zip(wanted, records) {
+            let record = record ?? lanes.insert(lane, LaneState(limit: limit(of: lane.name)))
+            if free { record.state.addHolder(id, waiter) } else { record.state.line.append(id) }
+        }
+        return free
     }
 
     /// Gives back every lane `id` held; returns the requests this lets through.
     mutating func release(_ held: [Lane], by id: UInt64) -> [(UInt64, Waiter)] {
         var granted: [(UInt64, Waiter)] = []
         for lane in held {
-            guard let index = lanes.index(forKey: lane), lanes.values[index].removeHolder(id) else { continue }
-            grantFromHead(at: index, into: &granted)
+            guard let record = lanes.record(for: lane), record.state.removeHolder(id) else { continue }
+            grantFromHead(of: record, into: &granted)
         }
+        lanes.shrinkIfSparse()
         return granted
     }
 
@@ -139,7 +143,11 @@ struct ClaimTable<Waiter> {
         guard let request = waiting.removeValue(forKey: id) else { return nil }
         withdrawn[id] = request.lanes.count
         var granted: [(UInt64, Waiter)] = []
-        for lane in request.lanes { grantFromHead(of: lane, into: &granted) }
+        for lane in request.lanes {
+            guard let record = lanes.record(for: lane) else { continue }
+            grantFromHead(of: record, into: &granted)
+        }
+        lanes.shrinkIfSparse()
         return granted
     }
 
@@ -153,16 +161,7 @@ struct ClaimTable<Waiter> {
 
     /// Whether the table holds nothing and nobody waits: what a test checks once everything finished.
     var isIdle: Bool {
-        waiting.isEmpty && lanes.values.allSatisfy { $0.held == 0 && $0.waitingCount == 0 }
-    }
-
-    /// Runs `body` on `lane`'s state in place, making it (with its limit) when the lane is not in use.
-    private mutating func withLane<Result>(_ lane: Lane, _ body: (inout LaneState) -> Result) -> Result {
-        if let index = lanes.index(forKey: lane) { return body(&lanes.values[index]) }
-        var state = LaneState(limit: limit(of: lane.name))
-        let result = body(&state)
-        lanes[lane] = state
-        return result
+        waiting.isEmpty && lanes.records.allSatisfy { $0.state.held == 0 && $0.state.waitingCount == 0 }
     }
 
     /// Drops withdrawn ids from the head of a line.
@@ -173,47 +172,35 @@ struct ClaimTable<Waiter> {
         }
     }
 
-    private mutating func grantFromHead(of lane: Lane, into granted: inout [(UInt64, Waiter)]) {
-        guard let index = lanes.index(forKey: lane) else { return }
-        grantFromHead(at: index, into: &granted)
-    }
-
     /// Grants the head of a lane's line while it fits, cascading to the lanes each grant pops.
-    private mutating func grantFromHead(at start: [Lane: LaneState].Index, into granted: inout [(UInt64, Waiter)]) {
-        var next: [Lane: LaneState].Index? = start
-        var pending: [Lane] = []
-        while true {
-            guard let index = next ?? pending.popLast().flatMap({ lanes.index(forKey: $0) }) else {
-                if pending.isEmpty { return }
-                continue
-            }
-            next = nil
-            if !withdrawn.isEmpty { Self.skip(&withdrawn, in: &lanes.values[index]) }
-            let state = lanes.values[index]
-            if state.isUnused {
+    private mutating func grantFromHead(of start: LaneMap<LaneState>.Record, into granted: inout [(UInt64, Waiter)]) {
+        var pending = [start]
+        while let record = pending.popLast() {
+            if !withdrawn.isEmpty { Self.skip(&withdrawn, in: &record.state) }
+            if record.state.isUnused {
                 // Nobody holds or wants it: forget it (lanes under a composite come and go with it).
-                lanes.remove(at: index)
+                lanes.remove(record)
                 continue
             }
-            guard state.hasRoom, let id = state.first, let request = waiting[id] else { continue }
+            guard record.state.hasRoom, let id = record.state.first, let request = waiting[id] else { continue }
             // Granted only when it heads every line it waits in and every lane has room.
-            let fits = request.lanes.allSatisfy { other in
-                guard let otherIndex = lanes.index(forKey: other) else { return false }
-                if !withdrawn.isEmpty { Self.skip(&withdrawn, in: &lanes.values[otherIndex]) }
-                let otherState = lanes.values[otherIndex]
-                return otherState.first == id && otherState.hasRoom
+            var others: [LaneMap<LaneState>.Record] = []
+            others.reserveCapacity(request.lanes.count)
+            for lane in request.lanes {
+                guard let other = lanes.record(for: lane) else { break }
+                if !withdrawn.isEmpty { Self.skip(&withdrawn, in: &other.state) }
+                guard other.state.first == id && other.state.hasRoom else { break }
+                others.append(other)
             }
-            guard fits else { continue }
+            guard others.count == request.lanes.count else { continue }
             waiting[id] = nil
-            for other in request.lanes {
-                withLane(other) { state in
-                    state.popFirst()
-                    state.addHolder(id, request.waiter)
-                }
+            for other in others {
+                other.state.popFirst()
+                other.state.addHolder(id, request.waiter)
             }
             granted.append((id, request.waiter))
             // The lines it left may now let their next request through.
-            pending.append(contentsOf: request.lanes)
+            pending.append(contentsOf: others)
         }
     }
 }
@@ -227,7 +214,8 @@ struct Lane: Hashable, Sendable {
     struct Name: Hashable, Sendable {
         let scope: ObjectIdentifier
         let category: String
-        private let hash: Int
+        /// The name's hash, worked out once (seeded per process, as every `Hasher` is).
+        let hashCode: Int
 
         init(scope: ObjectIdentifier, category: String) {
             self.scope = scope
@@ -235,14 +223,14 @@ struct Lane: Hashable, Sendable {
             var hasher = Hasher()
             hasher.combine(scope)
             hasher.combine(category)
-            hash = hasher.finalize()
+            hashCode = hasher.finalize()
         }
 
         static func == (lhs: Name, rhs: Name) -> Bool {
-            lhs.hash == rhs.hash && lhs.scope == rhs.scope && lhs.category == rhs.category
+            lhs.hashCode == rhs.hashCode && lhs.scope == rhs.scope && lhs.category == rhs.category
         }
 
-        func hash(into hasher: inout Hasher) { hasher.combine(hash) }
+        func hash(into hasher: inout Hasher) { hasher.combine(hashCode) }
     }
     let name: Name
     let under: UInt64
