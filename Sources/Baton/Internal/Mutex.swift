@@ -55,8 +55,17 @@ package struct Mutex<State>: @unchecked Sendable {
     #else
     typealias PlatformLock = pthread_mutex_t
 
+    /// An adaptive mutex: a thread that finds it taken spins for a moment before it sleeps. Baton's
+    /// critical sections are a few dozen instructions, so the holder is nearly always gone before a
+    /// sleep (a futex wait and a wake-up) would have begun.
     @inline(__always) private static func initialize(_ lock: UnsafeMutablePointer<PlatformLock>) {
-        let result = pthread_mutex_init(lock, nil)
+        var attributes = pthread_mutexattr_t()
+        pthread_mutexattr_init(&attributes)
+        #if canImport(Glibc)
+        pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ADAPTIVE_NP))
+        #endif
+        let result = pthread_mutex_init(lock, &attributes)
+        pthread_mutexattr_destroy(&attributes)
         precondition(result == 0, "pthread_mutex_init failed: \(result)")
     }
 
