@@ -24,7 +24,7 @@ final class MeteredOperation: AsyncOperation, @unchecked Sendable {
 }
 
 final class ExclusivityTests: BatonTestCase {
-    // MARK: - The table, as a pure value
+    // MARK: - The table, driven directly
 
     func testTheTableGrantsAllOrNoneInOneOrderWithoutBarging() {
         let scope = ObjectIdentifier(ExclusivityScope.process)

@@ -12,7 +12,10 @@ final class GateAttackTests: BatonTestCase {
     /// Counts its executions and succeeds from another thread.
     private final class Counting: AsyncOperation, @unchecked Sendable {
         let executions = Locked(0)
+        /// Runs as `execute()` begins (set before the operation is enqueued).
+        var whenExecuting: (@Sendable () -> Void)?
         override func execute() {
+            whenExecuting?()
             executions.increment()
             DispatchQueue.global().async { self.finish() }
         }
@@ -47,6 +50,113 @@ final class GateAttackTests: BatonTestCase {
             XCTAssertEqual(waiter.executions.value, 1, "trial \(trial)")
             XCTAssertEqual(finishes.value, 1, "trial \(trial)")
             XCTAssertEqual(waiter.outcome?.isSuccess, true, "trial \(trial): \(String(describing: waiter.outcome))")
+        }
+        XCTAssertTrue(eventually { Gatekeeper.isIdle })
+    }
+
+    // MARK: - The claim table while it grows and shrinks
+
+    /// A burst of operations on categories of their own, in a group, so the table's lane map grows to
+    /// thousands of lanes and shrinks back while the caller races grants against cancellations.
+    private static func churnTheTable(_ count: Int) throws -> GroupOperation {
+        let scope = ExclusivityScope("churn")
+        let children = (0..<count).map { _ in AsyncBlockOperation { $0.finish() } }
+        for (index, child) in children.enumerated() {
+            try child.addExclusivity(OperationCategory("c\(index)", in: scope))
+        }
+        let group = GroupOperation(operations: children)
+        OperationQueue().addOperation(group)
+        return group
+    }
+
+    /// The holder's release grants a waiter at the instant another thread cancels it, while the map is
+    /// resized under them. A waiter for one lane (`a`), and one for two (`a`, `b`) with a waiter for `b`
+    /// behind it: each claimant of `a` either executes after the holder finishes (never beside it) or
+    /// ends cancelled, the one behind runs either way, and nothing stays held.
+    func testAGrantRacingACancelWhileTheTableIsResizedEndsEachWaiterOnce() throws {
+        // Bursts one after another for as long as the trials last.
+        let trialsDone = Locked(false)
+        let churning = Gate()
+        let churner = Thread {
+            while !trialsDone.value {
+                do { waitFinished(try GateAttackTests.churnTheTable(2_000)) } catch { XCTFail("\(error)") }
+            }
+            churning.open()
+        }
+        churner.start()
+        for trial in 0..<300 {
+            let scope = ExclusivityScope("grant race \(trial)")
+            let (a, b) = (OperationCategory("a", in: scope), OperationCategory("b", in: scope))
+            let holder = try holding(a)
+            let overlaps = Locked(0)
+            // Set just before the holder finishes: its lane can be granted only after that.
+            let finishing = Locked(false)
+            func waiter(_ categories: OperationCategory...) throws -> Counting {
+                let waiter = Counting()
+                try waiter.addExclusivity(categories)
+                // Only the claimants of `a` wait for the holder (`behind` claims `b` alone).
+                if categories.contains(a) {
+                    waiter.whenExecuting = { if !finishing.value { overlaps.increment() } }
+                }
+                return waiter
+            }
+            let single = try waiter(a)
+            let double = try waiter(a, b)
+            let behind = try waiter(b)
+            let queue = OperationQueue()
+            // Added one by one: each joins its lines in this order.
+            for operation in [single, double, behind] { queue.addOperation(operation) }
+            let victim = trial % 2 == 0 ? single : double
+            let go = Gate()
+            Thread {
+                XCTAssertTrue(go.wait())
+                victim.cancel()
+            }.start()
+            Thread {
+                XCTAssertTrue(go.wait())
+                finishing.mutate { $0 = true }
+                holder.finish(with: 0)
+            }.start()
+            go.open()
+            go.open()
+            for operation in [single, double, behind] { waitFinished(operation) }
+            XCTAssertEqual(overlaps.value, 0, "trial \(trial): a waiter executed beside the holder")
+            for operation in [single, double] {
+                let executions = operation.executions.value
+                if operation.isCancelled {
+                    XCTAssertLessThanOrEqual(executions, 1, "trial \(trial)")
+                } else {
+                    XCTAssertEqual(executions, 1, "trial \(trial)")
+                    XCTAssertEqual(operation.outcome?.isSuccess, true, "trial \(trial)")
+                }
+            }
+            XCTAssertEqual(behind.executions.value, 1, "trial \(trial): the waiter behind never ran")
+            XCTAssertEqual(behind.outcome?.isSuccess, true, "trial \(trial)")
+        }
+        trialsDone.mutate { $0 = true }
+        XCTAssertTrue(churning.wait())
+        XCTAssertTrue(eventually { Gatekeeper.isIdle })
+    }
+
+    /// Limits changed by the contending operations themselves, as each starts on its worker, while two
+    /// hundred of them contend for the category and a burst resizes the table: never more holders than
+    /// the largest limit set, every operation finishes, nothing stays held.
+    func testLimitsChangedUnderLoadNeverAdmitMoreThanTheLargest() throws {
+        for trial in 0..<20 {
+            let churn = try Self.churnTheTable(2_000)
+            let scope = ExclusivityScope("limits under load \(trial)")
+            let meter = ConcurrencyMeter()
+            let children = (0..<200).map { _ in MeteredOperation(meter) }
+            for (index, child) in children.enumerated() {
+                try child.addExclusivity(OperationCategory("x", in: scope))
+                child.onStart {
+                    do { try scope.setLimit(index % 3 + 1, for: "x") } catch { XCTFail("\(error)") }
+                }
+            }
+            try GroupOperation(operations: children).run(timeout: .seconds(bulkTimeout))
+            waitFinished(churn)
+            XCTAssertLessThanOrEqual(meter.most, 3, "trial \(trial)")
+            XCTAssertEqual(meter.total, 200, "trial \(trial)")
         }
         XCTAssertTrue(eventually { Gatekeeper.isIdle })
     }

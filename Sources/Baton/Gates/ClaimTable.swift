@@ -1,6 +1,9 @@
-/// Who holds which category, and who waits for it, as a pure value: every decision about a claim
-/// (grant now, queue, release, withdraw) is one call on this struct under the gatekeeper's one lock,
-/// and returns the requests it granted, which the caller wakes once the lock is released.
+/// Who holds which category, and who waits for it: every decision about a claim (grant now, queue,
+/// release, withdraw) is one call on this struct under the gatekeeper's one lock, and returns the
+/// requests it granted, which the caller wakes once the lock is released. It calls nothing and waits
+/// for nothing, so tests drive it directly. Its lanes' states live in records it owns (see
+/// ``LaneMap``): a copy would share them, so it is never copied (the gatekeeper keeps one behind its
+/// lock; a test keeps one in a variable).
 ///
 /// The rules that make it deadlock-free:
 /// - **All or none.** A request names every lane it needs and is granted all of them in one step, or
@@ -174,8 +177,11 @@ struct ClaimTable<Waiter> {
 
     /// Grants the head of a lane's line while it fits, cascading to the lanes each grant pops.
     private mutating func grantFromHead(of start: LaneMap<LaneState>.Record, into granted: inout [(UInt64, Waiter)]) {
-        var pending = [start]
-        while let record = pending.popLast() {
+        // The lane released first needs no list: most releases look at one lane and grant nobody.
+        var next: LaneMap<LaneState>.Record? = start
+        var pending: [LaneMap<LaneState>.Record] = []
+        while let record = next ?? pending.popLast() {
+            next = nil
             if !withdrawn.isEmpty { Self.skip(&withdrawn, in: &record.state) }
             if record.state.isUnused {
                 // Nobody holds or wants it: forget it (lanes under a composite come and go with it).

@@ -23,8 +23,8 @@ struct LaneMap<State> {
         }
     }
 
+    /// A free slot has no record.
     private struct Slot {
-        /// `0` for a free slot (a lane's hash is never 0).
         var hash: Int
         var record: Record?
     }
@@ -58,11 +58,9 @@ struct LaneMap<State> {
     mutating func remove(_ record: Record) {
         guard var hole = slotIndex(of: record.lane), slots[hole].record === record else { return }
         var next = (hole + 1) & mask
-        while true {
-            let hash = slots[next].hash
-            if hash == 0 { break }
+        while slots[next].record != nil {
             // The slot may fill the hole when the hole lies between its home and where it sits.
-            if (next - (hash & mask)) & mask >= (next - hole) & mask {
+            if (next - (slots[next].hash & mask)) & mask >= (next - hole) & mask {
                 slots.swapAt(hole, next)
                 hole = next
             }
@@ -86,17 +84,16 @@ struct LaneMap<State> {
         guard count > 0 else { return nil }
         let hash = lane.mixedHash
         var index = hash & mask
-        while true {
-            let found = slots[index].hash
-            if found == 0 { return nil }
-            if found == hash && slots[index].record!.lane == lane { return index }
+        while let record = slots[index].record {
+            if slots[index].hash == hash && record.lane == lane { return index }
             index = (index + 1) & mask
         }
+        return nil
     }
 
     private mutating func place(_ hash: Int, _ record: consuming Record) {
         var index = hash & mask
-        while slots[index].hash != 0 { index = (index + 1) & mask }
+        while slots[index].record != nil { index = (index + 1) & mask }
         slots[index] = Slot(hash: hash, record: record)
     }
 
@@ -104,7 +101,7 @@ struct LaneMap<State> {
     private mutating func resize(to capacity: Int) {
         var old = ContiguousArray(repeating: Slot(hash: 0, record: nil), count: capacity)
         swap(&old, &slots)
-        for index in old.indices where old[index].hash != 0 {
+        for index in old.indices where old[index].record != nil {
             place(old[index].hash, old[index].record.take()!)
         }
     }
@@ -112,12 +109,12 @@ struct LaneMap<State> {
 
 extension Lane {
     /// The lane's hash for ``LaneMap``: its name's (seeded per process, worked out once) mixed with the
-    /// level, without a `Hasher`. Never 0 (a free slot's mark).
+    /// level, without a `Hasher`.
     var mixedHash: Int {
         var x = UInt64(bitPattern: Int64(name.hashCode)) ^ (under &* 0x9E37_79B9_7F4A_7C15)
         x ^= x >> 31
         x &*= 0xBF58_476D_1CE4_E5B9
         x ^= x >> 29
-        return x == 0 ? 1 : Int(truncatingIfNeeded: x)
+        return Int(truncatingIfNeeded: x)
     }
 }
