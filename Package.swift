@@ -6,6 +6,10 @@ let package = Package(
     platforms: [.macOS(.v13), .iOS(.v16), .tvOS(.v16), .watchOS(.v9)],
     products: [
         .library(name: "Baton", targets: ["Baton"]),
+        // Network operations: on Linux they link FoundationNetworking (and libcurl), so they are a
+        // product of their own and the core never imports it.
+        .library(name: "BatonNetwork", targets: ["BatonNetwork"]),
+        .executable(name: "baton-cookbook", targets: ["baton-cookbook"]),
         .executable(name: "baton-demo", targets: ["baton-demo"]),
         .executable(name: "baton-bench", targets: ["baton-bench"]),
         .executable(name: "baton-stress", targets: ["baton-stress"]),
@@ -13,10 +17,13 @@ let package = Package(
     ],
     targets: [
         .target(name: "Baton"),
+        .target(name: "BatonNetwork", dependencies: ["Baton"]),
+        // The cookbook crawler; `API` is the static cookbook it crawls, served by `python3 -m http.server`.
+        .executableTarget(name: "baton-cookbook", dependencies: ["Baton", "BatonNetwork"], exclude: ["API", "make-api.py"]),
         // The demo's system facts that Swift's C overlays lack (file system types, thread ids).
         .target(name: "CBatonDemo"),
         .executableTarget(name: "baton-demo", dependencies: ["Baton", "CBatonDemo"]),
-        .executableTarget(name: "baton-bench", dependencies: ["Baton"]),
+        .executableTarget(name: "baton-bench", dependencies: ["Baton", "BatonNetwork"]),
         .executableTarget(name: "baton-stress", dependencies: ["Baton"]),
         .plugin(
             name: "BatonScaffold",
@@ -30,6 +37,8 @@ let package = Package(
             path: "Sources/BatonScaffold"
         ),
         .testTarget(name: "BatonTests", dependencies: ["Baton", "baton-demo", "CBatonDemo"], exclude: ["Templates/Golden"]),
+        // Tested against a real HTTP server (Server/server.py, Python's standard library) on loopback.
+        .testTarget(name: "BatonNetworkTests", dependencies: ["Baton", "BatonNetwork", "baton-cookbook"], exclude: ["Server"]),
     ],
     swiftLanguageModes: [.v6]
 )

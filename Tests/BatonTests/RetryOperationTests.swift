@@ -36,6 +36,39 @@ final class RetryOperationTests: BatonTestCase {
         XCTAssertEqual(Set(retry.attemptsMade.map(ObjectIdentifier.init)).count, 3, "each attempt is a fresh operation")
     }
 
+    func testADecisionPerFailureChoosesTheWaitFromTheErrorOrStops() {
+        let made = Locked(0)
+        let asked = Locked([Int]())
+        // Error 1 asks for no wait, error 2 for a short one, error 3 stops the retry.
+        let retry = finished(
+            RetryOperation(
+                maximumAttempts: 10,
+                decide: { error, attempt in
+                    asked.mutate { $0.append(attempt) }
+                    switch (error as? TestError)?.code {
+                    case 1: return .retry(after: .zero)
+                    case 2: return .retry(after: .milliseconds(5))
+                    default: return .stop
+                    }
+                }, makeAttempt: flaky(failures: 5, made: made)))
+        XCTAssertEqual(made.value, 3)
+        XCTAssertEqual(asked.value, [1, 2, 3])
+        XCTAssertEqual(retry.outcome?.error as? TestError, TestError(code: 3))
+
+        // The maximum caps the decisions: after the last attempt `decide` is not asked.
+        let capped = Locked(0)
+        let short = finished(
+            RetryOperation(
+                maximumAttempts: 2,
+                decide: { _, _ in
+                    capped.mutate { $0 += 1 }
+                    return .retry(after: .zero)
+                },
+                makeAttempt: flaky(failures: 5, made: Locked(0))))
+        XCTAssertEqual(short.attemptCount, 2)
+        XCTAssertEqual(capped.value, 1)
+    }
+
     func testOneAttemptNeverRetries() {
         let made = Locked(0)
         let retry = finished(RetryOperation(maximumAttempts: 1, makeAttempt: flaky(failures: 1, made: made)))

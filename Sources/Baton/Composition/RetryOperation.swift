@@ -17,7 +17,8 @@ import Foundation
 ///   that is not fresh (returned twice, or held by a chain, a composite or a wait) fails the
 ///   retry with ``BatonError/alreadyEnqueued(operation:)`` (or the error that says why).
 /// - `delay` waits between attempts; `shouldRetry` may stop early, given the error and the number of
-///   the attempt that failed.
+///   the attempt that failed. Where the wait depends on the error (a server that says when to come
+///   back), pass `decide` instead: it returns a ``RetryDecision`` for each failure.
 /// - The outcome is the successful attempt's output, or the **last** attempt's error. An attempt that
 ///   was cancelled (not the retry) ends the retry cancelled.
 /// - Cancelling the retry cancels the running attempt, or ends the wait between attempts at once.
@@ -28,8 +29,8 @@ import Foundation
 public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, ProgressReporting, @unchecked Sendable {
     /// The total number of attempts allowed.
     public let maximumAttempts: Int
-    private let delay: RetryDelay
-    private let shouldRetry: @Sendable (any Error, Int) -> Bool
+    /// After a failed attempt: whether to try again, and after how long.
+    private let decide: @Sendable (any Error, Int) -> RetryDecision
     private let makeAttempt: @Sendable (Int) -> Operation
     private let queue = ChildQueue()
     private let attempts = Mutex(Attempts())
@@ -80,17 +81,59 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
             keepsFinishedChildren: keepsFinishedChildren, attempts: makeAttempt)
     }
 
-    init(
+    /// Creates a retry whose wait before each new attempt depends on the error that ended the last one
+    /// (a server's `Retry-After`, say).
+    ///
+    /// ```swift
+    /// let fetch = RetryOperation(maximumAttempts: 4, decide: { error, attempt in
+    ///     (error as? Throttled).map { .retry(after: $0.retryAfter) } ?? .stop
+    /// }) { _ in Fetch(url: url) }
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - maximumAttempts: The total number of attempts, at least 1; otherwise the operation fails at
+    ///     start with ``BatonError/invalidArgument(operation:reason:)``. It caps `decide`: after the
+    ///     last attempt the retry ends whatever `decide` would say, and `decide` is not asked.
+    ///   - keepsFinishedChildren: Whether ``attemptsMade`` keeps every attempt until the retry is
+    ///     freed. Default: `false`, only the running attempt is held.
+    ///   - decide: Given the error that ended attempt number `attempt`, retry after a wait (a negative
+    ///     one counts as zero) or stop with that error.
+    ///   - makeAttempt: Makes the operation for attempt number `attempt` (1, 2, …); a new one each time.
+    public convenience init(
+        maximumAttempts: Int,
+        keepsFinishedChildren: Bool = false,
+        decide: @escaping @Sendable (_ error: any Error, _ attempt: Int) -> RetryDecision,
+        makeAttempt: @escaping @Sendable (_ attempt: Int) -> ResultOperation<Output>
+    ) {
+        self.init(
+            maximumAttempts: maximumAttempts, keepsFinishedChildren: keepsFinishedChildren, decide: decide,
+            attempts: makeAttempt)
+    }
+
+    convenience init(
         maximumAttempts: Int,
         delay: RetryDelay,
         shouldRetry: @escaping @Sendable (_ error: any Error, _ attempt: Int) -> Bool,
         keepsFinishedChildren: Bool,
         attempts makeAttempt: @escaping @Sendable (_ attempt: Int) -> Operation
     ) {
+        self.init(
+            maximumAttempts: maximumAttempts, keepsFinishedChildren: keepsFinishedChildren,
+            decide: { error, attempt in
+                shouldRetry(error, attempt) ? .retry(after: delay.delay(beforeAttempt: attempt + 1)) : .stop
+            },
+            attempts: makeAttempt)
+    }
+
+    init(
+        maximumAttempts: Int,
+        keepsFinishedChildren: Bool,
+        decide: @escaping @Sendable (_ error: any Error, _ attempt: Int) -> RetryDecision,
+        attempts makeAttempt: @escaping @Sendable (_ attempt: Int) -> Operation
+    ) {
         self.maximumAttempts = maximumAttempts
         self.keepsFinishedChildren = keepsFinishedChildren
-        self.delay = delay
-        self.shouldRetry = shouldRetry
+        self.decide = decide
         self.makeAttempt = makeAttempt
         super.init()
         queue.owner = self
@@ -190,12 +233,11 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
                 retry.finish()
             }
         case .failed(let error):
-            guard !isCancelled, number < maximumAttempts, shouldRetry(error, number) else {
+            guard !isCancelled, number < maximumAttempts, case .retry(let wait) = decide(error, number) else {
                 return end { $0.conclude(.failed(error)) }
             }
-            let wait = delay.delay(beforeAttempt: number + 1)
             guard wait > .zero else { return launch(attempt: number + 1) }
-            // One decision with `didCancel()`: a cancel that arrived while `shouldRetry` ran (or just
+            // One decision with `didCancel()`: a cancel that arrived while `decide` ran (or just
             // before) ends the retry now instead of serving the delay.
             let next: AfterFailure = attempts.withLock { attempts in
                 guard attempts.phase != .done else { return .stop }
@@ -262,6 +304,27 @@ extension RetryOperation where Output == Void {
     }
 }
 
+extension RetryOperation where Output == Void {
+    /// Creates a retry of any operations whose wait before each new attempt depends on the error that
+    /// ended the last one; it succeeds with `()` when an attempt succeeds.
+    ///
+    /// - Parameters:
+    ///   - maximumAttempts: The total number of attempts, at least 1.
+    ///   - keepsFinishedChildren: Whether ``attemptsMade`` keeps every attempt. Default: `false`.
+    ///   - decide: Given the error that ended attempt number `attempt`, retry after a wait or stop.
+    ///   - makeAttempt: Makes the operation for attempt number `attempt` (1, 2, …); a new one each time.
+    public convenience init(
+        maximumAttempts: Int,
+        keepsFinishedChildren: Bool = false,
+        decide: @escaping @Sendable (_ error: any Error, _ attempt: Int) -> RetryDecision,
+        makeAttempt: @escaping @Sendable (_ attempt: Int) -> Operation
+    ) {
+        self.init(
+            maximumAttempts: maximumAttempts, keepsFinishedChildren: keepsFinishedChildren, decide: decide,
+            attempts: makeAttempt)
+    }
+}
+
 extension RetryOperation where Output == any Sendable {
     /// Creates a retry of any operations that succeeds with the successful attempt's output, or `()`
     /// when it has none.
@@ -283,4 +346,12 @@ extension RetryOperation where Output == any Sendable {
             maximumAttempts: maximumAttempts, delay: delay, shouldRetry: shouldRetry,
             keepsFinishedChildren: keepsFinishedChildren, attempts: makeAttempt)
     }
+}
+
+/// What a ``RetryOperation`` does after an attempt failed.
+public enum RetryDecision: Sendable, Hashable {
+    /// Start a new attempt after `after` (at once for zero or less).
+    case retry(after: Duration)
+    /// Stop: the retry fails with the attempt's error.
+    case stop
 }

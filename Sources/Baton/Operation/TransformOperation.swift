@@ -72,7 +72,8 @@ extension AsyncOperation {
             state.input = value
             return true
         }
-        if !accepted { Diagnostics.report(.inputAfterStart, self) }
+        if !accepted { return Diagnostics.report(.inputAfterStart, self) }
+        if let value, let claimant = self as? any InputDerivedClaims { claimant.inputWasStored(value) }
     }
 
     /// Stores `value` as the input when it is an `Input`, or returns the error that says why it does
@@ -88,4 +89,13 @@ extension AsyncOperation {
         storeInput(typed)
         return nil
     }
+}
+
+/// An operation whose categories follow from its input (a network request claims its host): told of
+/// each input stored while it is pending, which is before its gate can begin, so what it claims then
+/// is claimed like anything added before it started. `package`: for BatonNetwork's operations, whose
+/// request may arrive through a chain.
+package protocol InputDerivedClaims: AnyObject {
+    /// Called after `input` was stored, outside the operation's lock.
+    func inputWasStored(_ input: any Sendable)
 }

@@ -1,0 +1,192 @@
+import Baton
+import Foundation
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Makes BatonNetwork's operations and runs their transfers: one `URLSession`, the limits per host,
+/// and the defaults the operations start with.
+///
+/// ```swift
+/// let client = HTTPClient(maximumRequestsPerHost: 4)
+/// let fetch = client.data(URLRequest(url: URL(string: "http://127.0.0.1:8000/cookbook/1")!))
+/// ```
+///
+/// Every operation a client makes claims its host (``hostCategory(for:)``): at most
+/// ``maximumRequestsPerHost`` of them execute at once per host, and the others wait without holding a
+/// queue worker (when they run in a Baton composite, such as a group, retry or tree). The claim is
+/// an ordinary Baton category in the client's ``hosts`` scope, so it shows in a `FlightRecorder`'s
+/// trace as time spent waiting.
+public final class HTTPClient: Sendable {
+    /// The client most code needs: a default session, six requests per host.
+    public static let shared = HTTPClient()
+
+    /// How many requests to one host execute at once, unless ``setLimit(_:forHost:)`` said otherwise.
+    public let maximumRequestsPerHost: Int
+    /// The status codes an operation accepts unless it is told otherwise: 200–299 by default.
+    public let acceptableStatusCodes: Range<Int>
+    /// The retry policy of ``fetch(_:policy:)`` and ``retrying(_:policy:attempt:)`` when they are
+    /// given none.
+    public let retryPolicy: HTTPRetryPolicy
+    /// The scope of the hosts' categories: one per `scheme://host:port`.
+    public let hosts: ExclusivityScope
+
+    let session: URLSession
+    let router: SessionRouter
+    private let limitedHosts = Mutex(Set<String>())
+
+    /// A client with its own session.
+    ///
+    /// - Parameters:
+    ///   - configuration: The session's configuration (copied by the session). Default: `.default`.
+    ///   - maximumRequestsPerHost: Requests to one host executing at once; a value below 1 counts as 1.
+    ///     Default: 6, as browsers do.
+    ///   - acceptableStatusCodes: The statuses that count as success. Default: 200–299.
+    ///   - retryPolicy: The default retry policy. Default: ``HTTPRetryPolicy/init()``.
+    public init(
+        configuration: URLSessionConfiguration = .default,
+        maximumRequestsPerHost: Int = 6,
+        acceptableStatusCodes: Range<Int> = 200..<300,
+        retryPolicy: HTTPRetryPolicy = HTTPRetryPolicy()
+    ) {
+        self.maximumRequestsPerHost = max(1, maximumRequestsPerHost)
+        self.acceptableStatusCodes = acceptableStatusCodes
+        self.retryPolicy = retryPolicy
+        hosts = ExclusivityScope("hosts")
+        router = SessionRouter()
+        session = URLSession(configuration: configuration, delegate: router, delegateQueue: nil)
+    }
+
+    deinit {
+        // The session holds its delegate (the router) until it is invalidated; transfers still running
+        // hold the client, so there are none left here.
+        session.invalidateAndCancel()
+    }
+
+    /// Lets `limit` requests to one host execute at once, for this host only.
+    ///
+    /// - Parameters:
+    ///   - limit: At least 1.
+    ///   - url: Any URL of the host (its scheme, host and port are what counts).
+    /// - Throws: `BatonError.invalidLimit` when `limit` is below 1 or the URL has no host.
+    public func setLimit(_ limit: Int, forHost url: URL) throws(BatonError) {
+        let name = Self.hostKey(of: url) ?? ""
+        try hosts.setLimit(limit, for: name)
+        limitedHosts.withLock { _ = $0.insert(name) }
+    }
+
+    /// The category an operation of this client claims for `url`'s host, or `nil` for a URL without
+    /// an http(s) scheme and a host (such an operation fails when it starts).
+    ///
+    /// - Parameter url: The request's URL.
+    /// - Returns: The category `scheme://host:port` in ``hosts``.
+    public func hostCategory(for url: URL?) -> OperationCategory? {
+        guard let url, let name = Self.hostKey(of: url) else { return nil }
+        let fresh = limitedHosts.withLock { $0.insert(name).inserted }
+        // The first time a host is seen it gets the client's limit (a name is never empty here).
+        if fresh { try? hosts.setLimit(maximumRequestsPerHost, for: name) }
+        return OperationCategory(name, in: hosts)
+    }
+
+    /// `scheme://host:port`, with the scheme's default port when the URL names none.
+    static func hostKey(of url: URL) -> String? {
+        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
+            let host = url.host?.lowercased(), !host.isEmpty
+        else { return nil }
+        return "\(scheme)://\(host):\(url.port ?? (scheme == "https" ? 443 : 80))"
+    }
+
+    // MARK: - Making operations
+
+    /// An operation that sends `request` and produces the body and the response.
+    ///
+    /// - Parameter request: The request.
+    /// - Returns: A pending operation; add it to a queue, a chain or a composite.
+    public func data(_ request: URLRequest) -> DataOperation {
+        DataOperation(request, client: self)
+    }
+
+    /// An operation that GETs `url`. A string that is not a URL makes an operation that fails at start
+    /// with ``NetworkError/invalidRequest(operation:reason:)``.
+    ///
+    /// - Parameter url: The URL, as text.
+    /// - Returns: A pending operation.
+    public func data(_ url: String) -> DataOperation {
+        guard let parsed = URL(string: url) else { return DataOperation(malformed: url, client: self) }
+        return DataOperation(URLRequest(url: parsed), client: self)
+    }
+
+    /// An operation that takes its request from the operation before it in a chain.
+    ///
+    /// - Returns: A pending operation without an input.
+    public func data() -> DataOperation {
+        DataOperation(nil, client: self)
+    }
+
+    /// An operation that sends `request` and decodes its JSON body as `type`.
+    ///
+    /// - Parameters:
+    ///   - type: The type to decode.
+    ///   - request: The request.
+    ///   - decoder: Makes the decoder. Default: a plain `JSONDecoder`.
+    /// - Returns: A pending operation.
+    public func json<Value: Decodable & Sendable>(
+        _ type: Value.Type, _ request: URLRequest, decoder: @escaping @Sendable () -> JSONDecoder = { JSONDecoder() }
+    ) -> JSONOperation<Value> {
+        JSONOperation(request, decoder: decoder, client: self)
+    }
+
+    /// An operation that streams `request`'s body to `destination` (memory bounded whatever the size),
+    /// replacing any file there once the whole body has arrived.
+    ///
+    /// - Parameters:
+    ///   - request: The request.
+    ///   - destination: The file to write.
+    /// - Returns: A pending operation.
+    public func download(_ request: URLRequest, to destination: URL) -> DownloadOperation {
+        DownloadOperation(request, to: destination, client: self)
+    }
+
+    /// An operation that sends `body` with `request` (a POST unless the request says otherwise).
+    ///
+    /// - Parameters:
+    ///   - request: The request.
+    ///   - body: What to send.
+    /// - Returns: A pending operation.
+    public func upload(_ request: URLRequest, from body: UploadBody) -> UploadOperation {
+        UploadOperation(request, body: body, client: self)
+    }
+
+    /// A retry of `request` through data operations, by `policy` (the client's by default).
+    ///
+    /// - Parameters:
+    ///   - request: The request each attempt sends.
+    ///   - policy: When to try again. Default: ``retryPolicy``.
+    /// - Returns: A pending `RetryOperation` whose output is the successful attempt's.
+    public func fetch(_ request: URLRequest, policy: HTTPRetryPolicy? = nil) -> RetryOperation<HTTPResponse> {
+        retrying(request, policy: policy) { self.data($0) }
+    }
+
+    /// A retry whose attempts are operations made by `attempt` for `request` (a download, an upload, or
+    /// a subclass), by `policy`. Each attempt is a new operation; `request`'s method decides whether a
+    /// failure that may have reached the server is retried (see ``HTTPRetryPolicy``).
+    ///
+    /// - Parameters:
+    ///   - request: The request.
+    ///   - policy: When to try again. Default: ``retryPolicy``.
+    ///   - attempt: Makes one attempt's operation.
+    /// - Returns: A pending `RetryOperation`.
+    public func retrying<Output: Sendable>(
+        _ request: URLRequest,
+        policy: HTTPRetryPolicy? = nil,
+        attempt: @escaping @Sendable (URLRequest) -> ResultOperation<Output>
+    ) -> RetryOperation<Output> {
+        let policy = policy ?? retryPolicy
+        let method = request.httpMethod ?? "GET"
+        return RetryOperation(
+            maximumAttempts: policy.maximumAttempts,
+            decide: { error, number in policy.decision(after: error, attempt: number, method: method).action }
+        ) { _ in attempt(request) }
+    }
+}

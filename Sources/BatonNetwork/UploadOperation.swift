@@ -1,0 +1,58 @@
+import Baton
+import Foundation
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// What an upload sends.
+public enum UploadBody: Sendable {
+    /// Bytes in memory.
+    case data(Data)
+    /// A file, streamed from disk.
+    case file(URL)
+}
+
+/// Sends a body (from memory or a file) and produces the response's body and the response.
+///
+/// ```swift
+/// var request = URLRequest(url: url)
+/// request.httpMethod = "PUT"
+/// let upload = HTTPClient.shared.upload(request, from: .data(Data("hello".utf8)))
+/// ```
+///
+/// A request without a method is sent as a POST. A GET or HEAD request, or a file that cannot be
+/// read, fails the operation at start with ``NetworkError/invalidRequest(operation:reason:)``.
+public final class UploadOperation: HTTPOperation<HTTPResponse>, @unchecked Sendable {
+    /// What the operation sends.
+    public let body: UploadBody
+
+    init(_ request: URLRequest?, body: UploadBody, client: HTTPClient) {
+        self.body = body
+        var request = request
+        // URLRequest's method defaults to GET, which cannot carry a body: an upload means POST unless
+        // the caller chose another method.
+        if let given = request, given.httpMethod == nil || given.httpMethod == "GET", given.httpBody == nil {
+            request?.httpMethod = "POST"
+        }
+        super.init(request, client: client)
+    }
+
+    override var sendsBody: Bool { true }
+
+    override func makeTask(for request: URLRequest) throws -> URLSessionTask {
+        switch body {
+        case .data(let data):
+            return client.session.uploadTask(with: request, from: data)
+        case .file(let file):
+            guard FileManager.default.isReadableFile(atPath: file.path) else {
+                throw NetworkError.invalidRequest(operation: reference, reason: "cannot read the file \(file.path)")
+            }
+            return client.session.uploadTask(with: request, fromFile: file)
+        }
+    }
+
+    override func sink(for request: URLRequest) -> any TransferSink {
+        BodySink(operation: self, request: request) { HTTPResponse(body: $0, response: $1) }
+    }
+}
