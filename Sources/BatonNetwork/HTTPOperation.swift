@@ -85,14 +85,13 @@ public class HTTPOperation<Output: Sendable>: TransformOperation<URLRequest, Out
         } catch {
             return finish(throwing: error)
         }
-        client.router.register(sink(for: request), for: task)
         let go = transfer.withLock { transfer -> Bool in
             guard !transfer.cancelled else { return false }
             transfer.task = task
             return true
         }
         guard go else {
-            client.router.remove(task)
+            abandon(task)
             task.cancel()
             return finish()
         }
@@ -131,14 +130,33 @@ public class HTTPOperation<Output: Sendable>: TransformOperation<URLRequest, Out
     /// Whether the subclass sends a body of its own (an upload).
     var sendsBody: Bool { false }
 
-    /// Makes the task (not resumed). Subclasses override.
+    /// Makes the task (not resumed), whose completion handler ends the operation. Subclasses override.
     func makeTask(for request: URLRequest) throws -> URLSessionTask {
-        client.session.dataTask(with: request)
+        preconditionFailure("HTTPOperation subclasses make their task")
     }
 
-    /// What receives the task's events. Subclasses override.
-    func sink(for request: URLRequest) -> any TransferSink {
-        preconditionFailure("HTTPOperation subclasses provide a sink")
+    /// Lets go of a task made but never resumed. Subclasses whose task is followed elsewhere override.
+    func abandon(_ task: URLSessionTask) {}
+
+    /// A data task that ends the operation with what `deliver` makes of the body.
+    func dataTask(
+        for request: URLRequest, deliver: @escaping @Sendable (Data, HTTPURLResponse) throws -> Output
+    ) -> URLSessionTask {
+        client.session.dataTask(with: request) { data, response, error in
+            self.complete(request, data: data, response: response, error: error, deliver: deliver)
+        }
+    }
+
+    /// Ends the operation once its task has ended with a whole body, or an error.
+    func complete(
+        _ request: URLRequest, data: Data?, response: URLResponse?, error: (any Error)?,
+        deliver: @Sendable (Data, HTTPURLResponse) throws -> Output
+    ) {
+        let body = data ?? Data()
+        switch verdict(for: request, response: response, error: error, body: { body }) {
+        case .success(let http): finish(with: Result { try deliver(body, http) })
+        case .failure(let failure): end(with: failure)
+        }
     }
 
     /// Whether `cancel()` (or the operation's timeout) asked for the end of the transfer.
@@ -223,8 +241,8 @@ public final class DataOperation: HTTPOperation<HTTPResponse>, @unchecked Sendab
         self.init(URLRequest(url: URL(fileURLWithPath: "/")), malformed: malformed, client: client)
     }
 
-    override func sink(for request: URLRequest) -> any TransferSink {
-        BodySink(operation: self, request: request) { HTTPResponse(body: $0, response: $1) }
+    override func makeTask(for request: URLRequest) throws -> URLSessionTask {
+        dataTask(for: request) { HTTPResponse(body: $0, response: $1) }
     }
 }
 
@@ -250,8 +268,8 @@ public final class JSONOperation<Value: Decodable & Sendable>: HTTPOperation<Val
     /// The response, once it has arrived.
     public var response: HTTPURLResponse? { received.withLock { $0 } }
 
-    override func sink(for request: URLRequest) -> any TransferSink {
-        BodySink(operation: self, request: request) { [makeDecoder, received] body, response in
+    override func makeTask(for request: URLRequest) throws -> URLSessionTask {
+        dataTask(for: request) { [makeDecoder, received] body, response in
             received.withLock { $0 = response }
             do {
                 return try makeDecoder().decode(Value.self, from: body)
@@ -260,37 +278,6 @@ public final class JSONOperation<Value: Decodable & Sendable>: HTTPOperation<Val
                 throw NetworkError.decodingFailed(
                     operation: OperationReference(self), type: String(describing: Value.self), path: path, reason: reason)
             }
-        }
-    }
-}
-
-/// Collects a body, then ends its operation with what `deliver` makes of it (or the error it throws).
-final class BodySink<Output: Sendable>: TransferSink, @unchecked Sendable {
-    private let operation: HTTPOperation<Output>
-    private let request: URLRequest
-    private let deliver: (Data, HTTPURLResponse) throws -> Output
-    private let body = Mutex(Data())
-
-    init(
-        operation: HTTPOperation<Output>, request: URLRequest, deliver: @escaping (Data, HTTPURLResponse) throws -> Output
-    ) {
-        self.operation = operation
-        self.request = request
-        self.deliver = deliver
-    }
-
-    func received(_ data: Data) { body.withLock { $0.append(data) } }
-    func wrote(total: Int64, expected: Int64) {}
-    func downloaded(to location: URL, response: URLResponse?) {}
-
-    func completed(response: URLResponse?, error: (any Error)?) {
-        let data = body.withLock { body in
-            defer { body = Data() }
-            return body
-        }
-        switch operation.verdict(for: request, response: response, error: error, body: { data }) {
-        case .success(let http): operation.finish(with: Result { try deliver(data, http) })
-        case .failure(let failure): operation.end(with: failure)
         }
     }
 }

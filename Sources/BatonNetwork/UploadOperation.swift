@@ -41,18 +41,17 @@ public final class UploadOperation: HTTPOperation<HTTPResponse>, @unchecked Send
     override var sendsBody: Bool { true }
 
     override func makeTask(for request: URLRequest) throws -> URLSessionTask {
+        let complete: @Sendable (Data?, URLResponse?, (any Error)?) -> Void = { data, response, error in
+            self.complete(request, data: data, response: response, error: error) { HTTPResponse(body: $0, response: $1) }
+        }
         switch body {
         case .data(let data):
-            return client.session.uploadTask(with: request, from: data)
+            return client.session.uploadTask(with: request, from: data, completionHandler: complete)
         case .file(let file):
             guard FileManager.default.isReadableFile(atPath: file.path) else {
                 throw NetworkError.invalidRequest(operation: reference, reason: "cannot read the file \(file.path)")
             }
-            return client.session.uploadTask(with: request, fromFile: file)
+            return client.session.uploadTask(with: request, fromFile: file, completionHandler: complete)
         }
-    }
-
-    override func sink(for request: URLRequest) -> any TransferSink {
-        BodySink(operation: self, request: request) { HTTPResponse(body: $0, response: $1) }
     }
 }

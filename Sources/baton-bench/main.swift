@@ -39,7 +39,8 @@ struct Options {
                     usage: baton-bench [--n 1000,10000,100000] [--reps 3] [--csv] [--only WORKLOAD]
                                        [--raw-limit N] [--independent-limit N] [--million] [--demo-large-files N]
                       WORKLOAD is independent, chain, adapters, group, sequence, dsl, tree, wait, recording,
-                      exclusivity, memory or demo
+                      exclusivity, network, memory or demo (network: 1,000 GETs and a 1 GiB download on
+                      loopback, against Tests/BatonNetworkTests/Server/server.py, which needs python3)
                       --raw-limit N          largest n for the quadratic raw Foundation chains (default 10000)
                       --independent-limit N  largest n for independent BlockOperation baselines (default 100000)
                       --million              add chains of 1,000,000 operations (timed, and in the memory rows)
@@ -332,6 +333,10 @@ let workloads: [String: Workload] = [
     "baton-queue-exclusive": batonQueueContending,
     "baton-serial-queue": batonOnQueue(width: 1),
     "baton-4-wide-queue": batonOnQueue(width: 4),
+    "baton-http-get": batonHTTPGets,
+    "URLSession-http-get": urlSessionHTTPGets,
+    "baton-http-download-MiB": batonHTTPDownload,
+    "URLSession-http-download-MiB": urlSessionHTTPDownload,
 ]
 
 // A child process runs one workload once and prints "seconds peak_mib": each measurement gets a
@@ -434,6 +439,11 @@ let comparisons = [
     Comparison(
         workload: "excl-one-queue", baton: "baton-queue-exclusive", baselines: [("baton-serial-queue", .max)]),
     Comparison(workload: "excl-limit-4", baton: "baton-group-limit-4", baselines: [("baton-4-wide-queue", .max)]),
+    // Network, on loopback against the tests' Python server: n small GETs, six in flight on both sides;
+    // one download of n MiB (the peak column is the download's memory).
+    Comparison(workload: "net-get", baton: "baton-http-get", baselines: [("URLSession-http-get", .max)]),
+    Comparison(
+        workload: "net-download", baton: "baton-http-download-MiB", baselines: [("URLSession-http-download-MiB", .max)]),
 ]
 
 if options.csv {
@@ -442,12 +452,23 @@ if options.csv {
     print("median of \(options.repetitions); each run in its own process; peak = that process's VmHWM")
 }
 do {
-    for comparison in comparisons
-    where options.only == nil || options.only == comparison.workload
-        || (options.only == "recording" && comparison.workload.hasPrefix("rec-"))
-        || (options.only == "exclusivity" && comparison.workload.hasPrefix("excl-"))
-    {
-        var sizes = comparison.workload == "tree" ? [11_111] : options.sizes
+    let selected = comparisons.filter { comparison in
+        options.only == nil || options.only == comparison.workload
+            || (options.only == "recording" && comparison.workload.hasPrefix("rec-"))
+            || (options.only == "exclusivity" && comparison.workload.hasPrefix("excl-"))
+            || (options.only == "network" && comparison.workload.hasPrefix("net-"))
+    }
+    // The network rows need the server; the children find it through BATON_BENCH_SERVER_PORT.
+    let server = try selected.contains { $0.workload.hasPrefix("net-") } ? BenchServer() : nil
+    defer { server?.stop() }
+    for comparison in selected {
+        var sizes: [Int]
+        switch comparison.workload {
+        case "tree": sizes = [11_111]
+        case "net-get": sizes = [1_000]
+        case "net-download": sizes = [1_024]
+        default: sizes = options.sizes
+        }
         if options.million && comparison.workload == "chain" { sizes.append(1_000_000) }
         for n in sizes where !comparison.workload.hasSuffix("-queue") || n <= options.rawLimit {
             let baton = try measure(comparison.baton, n: n)

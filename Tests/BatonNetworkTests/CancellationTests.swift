@@ -113,6 +113,11 @@ func finished<Output>(_ operation: ResultOperation<Output>) throws -> Outcome<Ou
 }
 
 extension Outcome {
+    var isSucceeded: Bool {
+        if case .succeeded = self { return true }
+        return false
+    }
+
     var isCancelled: Bool {
         if case .cancelled = self { return true }
         return false

@@ -17,7 +17,8 @@ final class DownloadAndLimitTests: NetworkTestCase, @unchecked Sendable {
         defer { try? FileManager.default.removeItem(at: destination) }
         try Data("an older file".utf8).write(to: destination)
         let size = 5 * 1024 * 1024 + 17
-        let download = client.download(server.request("/bytes?n=\(size)"), to: destination)
+        let download = client.download(server.request("/bytes?n=\(size)"), to: destination, reportsProgress: true)
+        XCTAssertEqual(download.progress.completedUnitCount, 0)
         let file = try download.run(timeout: testTimeout)
         XCTAssertEqual(file.url, destination)
         XCTAssertEqual(file.byteCount, Int64(size))
@@ -28,6 +29,31 @@ final class DownloadAndLimitTests: NetworkTestCase, @unchecked Sendable {
         XCTAssertEqual(data[size - 1], UInt8((size - 1) % 256))
         XCTAssertEqual(download.progress.completedUnitCount, Int64(size))
         XCTAssertEqual(download.progress.totalUnitCount, Int64(size))
+    }
+
+    func testProgressReportedWhileTheBodyArrives() throws {
+        let key = key()
+        let destination = temporaryFile("progress")
+        defer { try? FileManager.default.removeItem(at: destination) }
+        let download = client.download(
+            server.request("/slow-body?bytes=20000&chunk=1000&interval_ms=20&key=\(key)"), to: destination,
+            reportsProgress: true)
+        OperationQueue().addOperation(download)
+        // Part of the body, not yet all of it: progress moves while the transfer runs.
+        XCTAssertTrue(eventually { (1..<20_000).contains(download.bytesReceived) || download.isFinished })
+        XCTAssertFalse(download.isFinished, "the slow body ended before any progress was seen")
+        XCTAssertEqual(download.progress.totalUnitCount, 20_000)
+        XCTAssertEqual(try finished(download).isSucceeded, true)
+        XCTAssertEqual(download.progress.completedUnitCount, 20_000)
+    }
+
+    func testADownloadThatDoesNotReportProgressIsCompleteWhenItEnds() throws {
+        let destination = temporaryFile("quiet")
+        defer { try? FileManager.default.removeItem(at: destination) }
+        let download = client.download(server.request("/bytes?n=3000"), to: destination)
+        _ = try download.run(timeout: testTimeout)
+        XCTAssertEqual(download.progress.completedUnitCount, 3000)
+        XCTAssertEqual(download.progress.totalUnitCount, 3000)
     }
 
     func testADownloadOfAFailedResponseLeavesNoFileAndKeepsTheBodysStart() throws {
@@ -69,5 +95,35 @@ final class DownloadAndLimitTests: NetworkTestCase, @unchecked Sendable {
         try GroupOperation(operations: fetches).run(timeout: testTimeout)
         XCTAssertLessThanOrEqual(try server.stats().maxConcurrent, 2)
         XCTAssertEqual(fetches[0].categories.map(\.name), ["http://127.0.0.1:\(server.port)"])
+    }
+}
+
+final class ClientLifetimeTests: NetworkTestCase, @unchecked Sendable {
+    /// The last reference to a client can go with its last operation, on the session's own queue: the
+    /// client must let its session go without waiting for that queue (Linux's Foundation traps on it).
+    func testAClientReleasedWithItsLastOperationIsFreedWithoutTrapping() throws {
+        let queue = OperationQueue()
+        for trial in 0..<20 {
+            weak var weakClient: HTTPClient?
+            do {
+                // Nothing here outlives the scope: the server answers after it has ended, so the last
+                // reference to the operations (and through them the client) is the session's.
+                let client = HTTPClient()
+                weakClient = client
+                let destination = FileManager.default.temporaryDirectory.appendingPathComponent("baton-lifetime-\(trial)")
+                queue.addOperations(
+                    [
+                        client.data(server.request("/delay-headers?ms=50")),
+                        client.download(server.request("/delay-headers?ms=50"), to: destination),
+                        client.download(
+                            server.request("/delay-headers?ms=50"), to: destination.appendingPathExtension("progress"),
+                            reportsProgress: true),
+                    ], waitUntilFinished: false)
+            }
+            XCTAssertTrue(eventually { weakClient == nil }, "trial \(trial): the client was not freed")
+            let destination = FileManager.default.temporaryDirectory.appendingPathComponent("baton-lifetime-\(trial)")
+            try? FileManager.default.removeItem(at: destination)
+            try? FileManager.default.removeItem(at: destination.appendingPathExtension("progress"))
+        }
     }
 }
