@@ -102,6 +102,37 @@ def check_install_manifest():
     print(f"ok   README.md: the consumer Package.swift parses and depends on product Baton of package baton, from {version}")
 
 
+def start_servers(page):
+    """Starts the servers a page tells its reader to start: each line of its ```sh blocks that runs
+    `python3 -m http.server ... PORT`, run as written from the repository's root. Returns them once
+    each accepts connections on its port."""
+    import shlex
+    import socket
+    import time
+
+    with open(os.path.join(ROOT, page), encoding="utf-8") as file:
+        # A trailing `&` (started in the background, as a reader would in one terminal) is dropped.
+        commands = [line.strip().rstrip("&").strip() for block in blocks(file.read(), "sh", page)
+                    for line in block.split("\n") if line.strip().startswith("python3 -m http.server ")]
+    servers = []
+    for command in commands:
+        port = int(shlex.split(command)[-1])
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                fail(f"{page}: port {port}, which the page's server needs, is already taken")
+        servers.append(subprocess.Popen(shlex.split(command), cwd=ROOT, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL))
+        deadline = time.monotonic() + 20
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if time.monotonic() > deadline or servers[-1].poll() is not None:
+                fail(f"{page}: the server `{command}` did not start")
+            time.sleep(0.05)
+    return servers
+
+
 def check_pages(selected):
     if not selected:
         check_install_manifest()
@@ -128,10 +159,9 @@ def check_pages(selected):
         os.makedirs(os.path.join(sources, name))
         with open(os.path.join(sources, name, "main.swift"), "w", encoding="utf-8") as file:
             file.write(program)
-        targets.append(
-            f'        .executableTarget(name: "{name}", dependencies: '
-            f'[.product(name: "Baton", package: "{identity}")]),'
-        )
+        products = ["Baton"] + (["BatonNetwork"] if "import BatonNetwork" in program else [])
+        dependencies = ", ".join(f'.product(name: "{product}", package: "{identity}")' for product in products)
+        targets.append(f'        .executableTarget(name: "{name}", dependencies: [{dependencies}]),')
     with open(os.path.join(scratch, "Package.swift"), "w", encoding="utf-8") as file:
         file.write(
             "// swift-tools-version:6.1\n"
@@ -157,6 +187,7 @@ def check_pages(selected):
 
     failures = 0
     for page, (_, expected) in programs.items():
+        servers = start_servers(page)
         try:
             run = subprocess.run(
                 [os.path.join(binaries, target_name(page))], capture_output=True, text=True, timeout=60
@@ -165,6 +196,10 @@ def check_pages(selected):
             print(f"FAIL {page}: still running after a minute")
             failures += 1
             continue
+        finally:
+            for server in servers:
+                server.terminate()
+                server.wait()
         if run.returncode != 0:
             print(f"FAIL {page}: exit status {run.returncode}\n{run.stdout}{run.stderr}")
             failures += 1

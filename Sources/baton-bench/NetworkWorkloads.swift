@@ -76,14 +76,18 @@ func downloadDestination() -> URL {
     FileManager.default.temporaryDirectory.appendingPathComponent("baton-bench-download-\(getpid())")
 }
 
-/// One download of `n` MiB through a `DownloadOperation`.
-func batonHTTPDownload(_ n: Int) throws {
-    let destination = downloadDestination()
-    defer { try? FileManager.default.removeItem(at: destination) }
-    let client = HTTPClient()
-    let file = try client.download(URLRequest(url: try benchServer("/bytes?n=\(n << 20)")), to: destination)
-        .run(timeout: .seconds(600))
-    guard file.byteCount == Int64(n) << 20 else { throw BenchmarkFailure(description: "short download: \(file.byteCount)") }
+/// One download of `n` MiB through a `DownloadOperation`, following its progress or not.
+func batonHTTPDownload(reportsProgress: Bool) -> Workload {
+    { n in
+        let destination = downloadDestination()
+        defer { try? FileManager.default.removeItem(at: destination) }
+        let client = HTTPClient()
+        let request = URLRequest(url: try benchServer("/bytes?n=\(n << 20)"))
+        let file = try client.download(request, to: destination, reportsProgress: reportsProgress).run(timeout: .seconds(600))
+        guard file.byteCount == Int64(n) << 20 else {
+            throw BenchmarkFailure(description: "short download: \(file.byteCount)")
+        }
+    }
 }
 
 /// The same download through a plain `URLSession` download task, moved to the same destination.

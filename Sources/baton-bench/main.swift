@@ -335,7 +335,8 @@ let workloads: [String: Workload] = [
     "baton-4-wide-queue": batonOnQueue(width: 4),
     "baton-http-get": batonHTTPGets,
     "URLSession-http-get": urlSessionHTTPGets,
-    "baton-http-download-MiB": batonHTTPDownload,
+    "baton-http-download-MiB": batonHTTPDownload(reportsProgress: false),
+    "baton-http-download-progress-MiB": batonHTTPDownload(reportsProgress: true),
     "URLSession-http-download-MiB": urlSessionHTTPDownload,
 ]
 
@@ -444,6 +445,9 @@ let comparisons = [
     Comparison(workload: "net-get", baton: "baton-http-get", baselines: [("URLSession-http-get", .max)]),
     Comparison(
         workload: "net-download", baton: "baton-http-download-MiB", baselines: [("URLSession-http-download-MiB", .max)]),
+    Comparison(
+        workload: "net-download-progress", baton: "baton-http-download-progress-MiB",
+        baselines: [("URLSession-http-download-MiB", .max)]),
 ]
 
 if options.csv {
@@ -466,7 +470,7 @@ do {
         switch comparison.workload {
         case "tree": sizes = [11_111]
         case "net-get": sizes = [1_000]
-        case "net-download": sizes = [1_024]
+        case "net-download", "net-download-progress": sizes = [1_024]
         default: sizes = options.sizes
         }
         if options.million && comparison.workload == "chain" { sizes.append(1_000_000) }
