@@ -31,19 +31,25 @@ public final class HTTPClient: Sendable {
     public let retryPolicy: HTTPRetryPolicy
     /// The scope of the hosts' categories: one per `scheme://host:port`.
     public let hosts: ExclusivityScope
+    /// Why the client's operations fail at start, when it was made with a limit below 1; `nil` otherwise.
+    public let configurationError: BatonError?
 
     let session: URLSession
     /// The configuration, for the second session that progress-reporting downloads use.
     private let configuration: URLSessionConfiguration
     private let progressSession = Mutex<ProgressSession?>(nil)
     private let limitedHosts = Mutex(Set<String>())
+    /// Called just before a host gets the client's default limit: a test's gate.
+    package let beforeDefaultLimit = Mutex<(@Sendable () -> Void)?>(nil)
 
     /// A client with its own session.
     ///
     /// - Parameters:
-    ///   - configuration: The session's configuration (copied by the session). Default: `.default`.
-    ///   - maximumRequestsPerHost: Requests to one host executing at once; a value below 1 counts as 1.
-    ///     Default: 6, as browsers do.
+    ///   - configuration: The session's configuration (copied). Default: `.default`. On Linux its
+    ///     `urlCache` is not used: Linux's Foundation can trap when a task with a cache is cancelled.
+    ///   - maximumRequestsPerHost: Requests to one host executing at once, at least 1. Default: 6, as
+    ///     browsers do. With a value below 1, every operation of the client fails at start with
+    ///     `BatonError.invalidLimit` (nothing is sent), as ``configurationError`` says.
     ///   - acceptableStatusCodes: The statuses that count as success. Default: 200–299.
     ///   - retryPolicy: The default retry policy. Default: ``HTTPRetryPolicy/init()``.
     public init(
@@ -53,14 +59,26 @@ public final class HTTPClient: Sendable {
         retryPolicy: HTTPRetryPolicy = HTTPRetryPolicy()
     ) {
         self.maximumRequestsPerHost = max(1, maximumRequestsPerHost)
+        configurationError =
+            maximumRequestsPerHost >= 1
+            ? nil : .invalidLimit(category: "requests per host of an HTTPClient", limit: maximumRequestsPerHost)
         self.acceptableStatusCodes = acceptableStatusCodes
         self.retryPolicy = retryPolicy
         hosts = ExclusivityScope("hosts")
+        let configuration = configuration.copy() as? URLSessionConfiguration ?? .default
+        #if canImport(FoundationNetworking)
+        // Linux's Foundation makes a task's protocol asynchronously when the session has a URL cache,
+        // and a `cancel()` that lands meanwhile can report the task's end after the session has let
+        // go of it: a `fatalError` in its task registry (reproduced: 3 runs of 3,000 cancels racing
+        // completions all trapped; without a cache, 3 runs of 10,000 did not). Cancelling is what
+        // these operations do, so their sessions have no cache there.
+        configuration.urlCache = nil
+        #endif
         // No delegate: every task reports through its completion handler. A delegate's per-chunk
         // callbacks each cross the session's delegate queue, which costs a large download a quarter of
         // its throughput on Linux (measured), and progress is read from the task when asked.
         session = URLSession(configuration: configuration)
-        self.configuration = configuration.copy() as? URLSessionConfiguration ?? .default
+        self.configuration = configuration
     }
 
     /// The session of downloads that report their progress, made when the first one starts.
@@ -93,8 +111,17 @@ public final class HTTPClient: Sendable {
     /// - Throws: `BatonError.invalidLimit` when `limit` is below 1 or the URL has no host.
     public func setLimit(_ limit: Int, forHost url: URL) throws(BatonError) {
         let name = Self.hostKey(of: url) ?? ""
-        try hosts.setLimit(limit, for: name)
-        limitedHosts.withLock { _ = $0.insert(name) }
+        // Under the client's lock, as the first-use default below is: neither can undo the other.
+        let problem = limitedHosts.withLock { limited -> BatonError? in
+            do throws(BatonError) {
+                try hosts.setLimit(limit, for: name)
+            } catch {
+                return error
+            }
+            limited.insert(name)
+            return nil
+        }
+        if let problem { throw problem }
     }
 
     /// The category an operation of this client claims for `url`'s host, or `nil` for a URL without
@@ -104,9 +131,14 @@ public final class HTTPClient: Sendable {
     /// - Returns: The category `scheme://host:port` in ``hosts``.
     public func hostCategory(for url: URL?) -> OperationCategory? {
         guard let url, let name = Self.hostKey(of: url) else { return nil }
-        let fresh = limitedHosts.withLock { $0.insert(name).inserted }
-        // The first time a host is seen it gets the client's limit (a name is never empty here).
-        if fresh { try? hosts.setLimit(maximumRequestsPerHost, for: name) }
+        // The first time a host is seen it gets the client's limit (a name is never empty here), under
+        // the lock that `setLimit(_:forHost:)` takes, so that a limit set for the host is never undone.
+        let hook = beforeDefaultLimit.withLock { $0 }
+        limitedHosts.withLock { limited in
+            guard limited.insert(name).inserted else { return }
+            hook?()
+            try? hosts.setLimit(maximumRequestsPerHost, for: name)
+        }
         return OperationCategory(name, in: hosts)
     }
 

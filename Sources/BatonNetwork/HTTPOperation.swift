@@ -78,6 +78,7 @@ public class HTTPOperation<Output: Sendable>: TransformOperation<URLRequest, Out
         guard let request = input else {
             return finish(throwing: NetworkError.invalidRequest(operation: reference, reason: "it has no request"))
         }
+        if let problem = client.configurationError { return finish(throwing: problem) }
         let task: URLSessionTask
         do {
             try check(request)
@@ -172,9 +173,12 @@ public class HTTPOperation<Output: Sendable>: TransformOperation<URLRequest, Out
             let code = (error as? URLError)?.code ?? .unknown
             if code == .cancelled && cancellationRequested { return .failure(CancellationRequested()) }
             if code == .timedOut {
-                return .failure(
-                    NetworkError.idleTimeout(
-                        operation: reference, url: url, after: .milliseconds(Int64(request.timeoutInterval * 1000))))
+                // A session's resource timeout ends a task the same way; a limit that is not finite
+                // (or absurd) is reported as the most a `Duration` of seconds holds.
+                let seconds = request.timeoutInterval
+                let idle: Duration =
+                    seconds.isFinite && seconds < 1e12 ? .milliseconds(Int64(max(0, seconds) * 1000)) : .seconds(Int64(1e12))
+                return .failure(NetworkError.idleTimeout(operation: reference, url: url, after: idle))
             }
             return .failure(
                 NetworkError.transport(operation: reference, url: url, code: code, reason: Self.reason(for: code, error)))

@@ -21,8 +21,9 @@ public enum UploadBody: Sendable {
 /// let upload = HTTPClient.shared.upload(request, from: .data(Data("hello".utf8)))
 /// ```
 ///
-/// A request without a method is sent as a POST. A GET or HEAD request, or a file that cannot be
-/// read, fails the operation at start with ``NetworkError/invalidRequest(operation:reason:)``.
+/// A request whose method is GET (`URLRequest`'s default, which cannot carry a body) is sent as a
+/// POST. A HEAD request, or a file that cannot be read, fails the operation at start with
+/// ``NetworkError/invalidRequest(operation:reason:)``.
 public final class UploadOperation: HTTPOperation<HTTPResponse>, @unchecked Sendable {
     /// What the operation sends.
     public let body: UploadBody
@@ -32,7 +33,7 @@ public final class UploadOperation: HTTPOperation<HTTPResponse>, @unchecked Send
         var request = request
         // URLRequest's method defaults to GET, which cannot carry a body: an upload means POST unless
         // the caller chose another method.
-        if let given = request, given.httpMethod == nil || given.httpMethod == "GET", given.httpBody == nil {
+        if let given = request, given.httpMethod == nil || given.httpMethod?.uppercased() == "GET" {
             request?.httpMethod = "POST"
         }
         super.init(request, client: client)

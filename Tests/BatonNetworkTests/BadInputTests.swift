@@ -71,6 +71,17 @@ final class BadInputTests: NetworkTestCase, @unchecked Sendable {
         }
     }
 
+    func testAClientWithALimitBelowOneFailsEachOperationAtStartAndSendsNothing() throws {
+        let key = key()
+        let client = HTTPClient(maximumRequestsPerHost: 0)
+        let fetch = client.data(server.request("/status/200?key=\(key)"))
+        let outcome = try fetch.runForOutcome(timeout: testTimeout)
+        guard case .failed(BatonError.invalidLimit(let what, 0)) = outcome else { return XCTFail("\(outcome)") }
+        XCTAssertEqual(what, "requests per host of an HTTPClient")
+        XCTAssertNil(fetch.task)
+        XCTAssertEqual(try server.stats(key).requests, 0)
+    }
+
     func testTheErrorsDescriptionsNameTheOperation() throws {
         let fetch = client.data(server.request("/status/503?body=busy"))
         fetch.name = "fetch recipe 7"

@@ -9,22 +9,26 @@ import FoundationNetworking
 
 /// A test case with one real server for the whole class, and a fresh client for every test.
 class NetworkTestCase: XCTestCase, @unchecked Sendable {
-    nonisolated(unsafe) static var server: TestServer!
-    var server: TestServer { Self.server }
+    nonisolated(unsafe) static var started: Result<TestServer, any Error>?
+    var server: TestServer!
     var client: HTTPClient!
 
     override class func setUp() {
         super.setUp()
-        server = try! TestServer()
+        started = Result { try TestServer() }
     }
 
     override class func tearDown() {
-        server.stop()
+        (try? started?.get())?.stop()
+        started = nil
         super.tearDown()
     }
 
-    override func setUp() {
-        super.setUp()
+    /// Fails every test of the class with the reason when the server could not start (no python3,
+    /// say), rather than crash the test process.
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        server = try XCTUnwrap(Self.started).get()
         client = HTTPClient()
     }
 
