@@ -63,7 +63,9 @@ func describe(_ error: DecodingError) -> (path: String, reason: String) {
     if !context.debugDescription.isEmpty { reason += ": \(context.debugDescription)" }
     var path = ""
     for key in context.codingPath {
-        if let index = key.intValue {
+        // JSONDecoder names an array's elements "Index N"; a dictionary's key "42" also has an
+        // `intValue`, but it is a key.
+        if let index = key.intValue, key.stringValue == "Index \(index)" {
             path += "[\(index)]"
         } else {
             path += path.isEmpty ? key.stringValue : ".\(key.stringValue)"

@@ -90,6 +90,12 @@ public final class DownloadOperation: HTTPOperation<DownloadedFile>, ProgressRep
 
     /// Ends the operation once its task has ended: `location` (removed when this returns) holds the
     /// whole body, unless there is an error.
+    ///
+    /// The destination is replaced only by a download that succeeds. A cancellation (or the timeout)
+    /// that came before the body was whole keeps the file in place; one that lands while the new file
+    /// is moved into place is answered after: the operation ends cancelled, and the previous file (kept
+    /// under a hidden name as a hard link until the outcome is known) is put back, or the new one
+    /// removed when there was none.
     func complete(_ request: URLRequest, location: URL?, response: URLResponse?, error: (any Error)?) {
         // The status is checked before the file is placed: a 404's body never reaches the destination.
         let verdict = verdict(for: request, response: response, error: error) {
@@ -97,20 +103,38 @@ public final class DownloadOperation: HTTPOperation<DownloadedFile>, ProgressRep
             defer { try? handle.close() }
             return (try? handle.read(upToCount: NetworkError.bodyPrefixLimit)) ?? Data()
         }
+        // Ends the operation off the session's queue (see `HTTPOperation.complete`).
+        func settle(_ result: Result<DownloadedFile, any Error>) {
+            DispatchQueue.global().async {
+                switch result {
+                case .success(let file): self.finish(with: file)
+                case .failure(let failure): self.end(with: failure)
+                }
+            }
+        }
         switch verdict {
         case .failure(let failure):
-            end(with: failure)
+            settle(.failure(failure))
         case .success(let http):
             guard let location else {
-                return end(
-                    with: NetworkError.transport(
-                        operation: reference, url: request.url ?? destination, code: .badServerResponse,
-                        reason: "the download ended without a file"))
+                return settle(
+                    .failure(
+                        NetworkError.transport(
+                            operation: reference, url: request.url ?? destination, code: .badServerResponse,
+                            reason: "the download ended without a file")))
             }
+            guard commitResult() else { return settle(.failure(CancellationRequested())) }
             let size = (try? FileManager.default.attributesOfItem(atPath: location.path)[.size] as? NSNumber)?.int64Value ?? 0
-            if let problem = place(location) { return end(with: problem) }
+            let previous = PreviousFile(keeping: destination)
+            if let problem = place(location) {
+                previous.discard()
+                return settle(.failure(problem))
+            }
             wrote(size, of: size)
-            finish(with: DownloadedFile(url: destination, response: http, byteCount: size))
+            onFinish { outcome in
+                if case .succeeded = outcome { previous.discard() } else { previous.restore() }
+            }
+            settle(.success(DownloadedFile(url: destination, response: http, byteCount: size)))
         }
     }
 
@@ -139,8 +163,8 @@ public final class DownloadOperation: HTTPOperation<DownloadedFile>, ProgressRep
     /// one, never a part.
     func place(_ location: URL) -> NetworkError? {
         let files = FileManager.default
-        let staging = destination.deletingLastPathComponent()
-            .appendingPathComponent(".\(destination.lastPathComponent).baton-\(UUID().uuidString)")
+        // A name of its own, short whatever the destination's (which may be as long as a name can be).
+        let staging = destination.deletingLastPathComponent().appendingPathComponent(".baton-download-\(UUID().uuidString)")
         do {
             try files.moveItem(at: location, to: staging)
         } catch {
@@ -204,5 +228,37 @@ final class ProgressSession: Sendable {
         let task = session.downloadTask(with: request)
         router.register(operation, request, for: task)
         return task
+    }
+}
+
+/// The file a download is about to replace, kept (as a hard link under a hidden name beside it) until
+/// the download's outcome is known.
+struct PreviousFile: Sendable {
+    let destination: URL
+    /// The hard link to the previous file; `nil` when there was none, or it could not be linked.
+    let kept: URL?
+    /// Whether a file was at the destination.
+    let existed: Bool
+
+    init(keeping destination: URL) {
+        self.destination = destination
+        existed = FileManager.default.fileExists(atPath: destination.path)
+        let hidden = destination.deletingLastPathComponent().appendingPathComponent(".baton-previous-\(UUID().uuidString)")
+        kept = existed && link(destination.path, hidden.path) == 0 ? hidden : nil
+    }
+
+    /// The download succeeded: the previous file goes.
+    func discard() {
+        if let kept { unlink(kept.path) }
+    }
+
+    /// The download did not succeed after all: the previous file comes back (or the new one goes when
+    /// there was none). A previous file that could not be kept cannot come back.
+    func restore() {
+        if let kept {
+            rename(kept.path, destination.path)
+        } else if !existed {
+            unlink(destination.path)
+        }
     }
 }

@@ -31,8 +31,14 @@ public final class HTTPClient: Sendable {
     public let retryPolicy: HTTPRetryPolicy
     /// The scope of the hosts' categories: one per `scheme://host:port`.
     public let hosts: ExclusivityScope
-    /// Why the client's operations fail at start, when it was made with a limit below 1; `nil` otherwise.
-    public let configurationError: BatonError?
+    /// Why the client's operations fail at start (``NetworkError/invalidConfiguration(reason:)``):
+    /// it was made with a limit below 1 or a request timeout that is not a number; `nil` otherwise.
+    public let configurationError: NetworkError?
+
+    /// The longest idle timeout sent to Foundation, about 31 years: a request's (or the
+    /// configuration's) `timeoutInterval` above it, infinity included, means "no limit" and is sent as
+    /// this. Linux's Foundation traps on larger values.
+    public static let longestIdleTimeout: TimeInterval = 1e9
 
     let session: URLSession
     /// The configuration, for the second session that progress-reporting downloads use.
@@ -49,7 +55,7 @@ public final class HTTPClient: Sendable {
     ///     `urlCache` is not used: Linux's Foundation can trap when a task with a cache is cancelled.
     ///   - maximumRequestsPerHost: Requests to one host executing at once, at least 1. Default: 6, as
     ///     browsers do. With a value below 1, every operation of the client fails at start with
-    ///     `BatonError.invalidLimit` (nothing is sent), as ``configurationError`` says.
+    ///     ``NetworkError/invalidConfiguration(reason:)`` (nothing is sent), as ``configurationError`` says.
     ///   - acceptableStatusCodes: The statuses that count as success. Default: 200–299.
     ///   - retryPolicy: The default retry policy. Default: ``HTTPRetryPolicy/init()``.
     public init(
@@ -59,13 +65,24 @@ public final class HTTPClient: Sendable {
         retryPolicy: HTTPRetryPolicy = HTTPRetryPolicy()
     ) {
         self.maximumRequestsPerHost = max(1, maximumRequestsPerHost)
-        configurationError =
-            maximumRequestsPerHost >= 1
-            ? nil : .invalidLimit(category: "requests per host of an HTTPClient", limit: maximumRequestsPerHost)
+        let requestTimeout = configuration.timeoutIntervalForRequest
+        if maximumRequestsPerHost < 1 {
+            configurationError = .invalidConfiguration(
+                reason: "maximumRequestsPerHost must be at least 1, got \(maximumRequestsPerHost)")
+        } else if requestTimeout.isNaN {
+            configurationError = .invalidConfiguration(reason: "the configuration's timeoutIntervalForRequest is not a number")
+        } else {
+            configurationError = nil
+        }
         self.acceptableStatusCodes = acceptableStatusCodes
         self.retryPolicy = retryPolicy
         hosts = ExclusivityScope("hosts")
         let configuration = configuration.copy() as? URLSessionConfiguration ?? .default
+        // Linux's Foundation traps on an idle timeout it cannot turn into a whole number (infinite, or
+        // as huge as 10³⁰⁰ s): beyond `longestIdleTimeout` means no limit, which this is.
+        if configuration.timeoutIntervalForRequest > HTTPClient.longestIdleTimeout {
+            configuration.timeoutIntervalForRequest = HTTPClient.longestIdleTimeout
+        }
         #if canImport(FoundationNetworking)
         // Linux's Foundation makes a task's protocol asynchronously when the session has a URL cache,
         // and a `cancel()` that lands meanwhile can report the task's end after the session has let
@@ -77,6 +94,9 @@ public final class HTTPClient: Sendable {
         // No delegate: every task reports through its completion handler. A delegate's per-chunk
         // callbacks each cross the session's delegate queue, which costs a large download a quarter of
         // its throughput on Linux (measured), and progress is read from the task when asked.
+        // The session's delegate queue stays serial: Linux's Foundation relies on it to end a task
+        // once (with a concurrent one, a cancel racing a completion removed the task twice and
+        // trapped). The operations finish off that queue instead (see `HTTPOperation.complete`).
         session = URLSession(configuration: configuration)
         self.configuration = configuration
     }
@@ -254,10 +274,16 @@ public final class HTTPClient: Sendable {
         attempt: @escaping @Sendable (URLRequest) -> ResultOperation<Output>
     ) -> RetryOperation<Output> {
         let policy = policy ?? retryPolicy
-        let method = request.httpMethod ?? "GET"
+        let given = request.httpMethod ?? "GET"
         return RetryOperation(
             maximumAttempts: policy.maximumAttempts,
-            decide: { error, number in policy.decision(after: error, attempt: number, method: method).action }
+            decide: { error, number in
+                // The method the attempt sent, which may not be the one given (an upload sends a GET
+                // as a POST): the error names the attempt, which the retry still holds.
+                let culprit = (error as? NetworkError)?.culprit ?? (error as? BatonError)?.culprit
+                let sent = (culprit?.operation as? any RequestSending)?.sentMethod
+                return policy.decision(after: error, attempt: number, method: sent ?? given).action
+            }
         ) { _ in attempt(request) }
     }
 }

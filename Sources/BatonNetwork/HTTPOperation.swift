@@ -42,7 +42,8 @@ public class HTTPOperation<Output: Sendable>: TransformOperation<URLRequest, Out
     private struct Transfer {
         var task: URLSessionTask?
         var cancelled = false
-        var claimedHost = false
+        /// The host category claimed for the request the operation holds now.
+        var claimedHost: OperationCategory?
         var accepted: Range<Int>?
     }
 
@@ -63,25 +64,35 @@ public class HTTPOperation<Output: Sendable>: TransformOperation<URLRequest, Out
     /// The task running the transfer, once the operation has made it.
     public final var task: URLSessionTask? { transfer.withLock { $0.task } }
 
+    /// Claims `request`'s host instead of the host of the request the operation held before (a chain
+    /// may replace the request while the operation is pending). Under the operation's transfer lock,
+    /// so that two requests stored at once leave the claim of the one stored last.
     private func claimHost(of request: URLRequest) {
-        guard let category = client.hostCategory(for: request.url) else { return }
-        let first = transfer.withLock { transfer -> Bool in
-            defer { transfer.claimedHost = true }
-            return !transfer.claimedHost
+        let category = client.hostCategory(for: request.url)
+        transfer.withLock { transfer in
+            guard transfer.claimedHost != category else { return }
+            // Refused once the operation has started: Baton ignores a request stored then, too.
+            guard (try? replaceClaim(transfer.claimedHost, with: category)) != nil else { return }
+            transfer.claimedHost = category
         }
-        // A request set after the operation started is ignored by Baton, and so is its claim.
-        if first { try? addExclusivity(category) }
     }
 
     /// Checks the request, makes the task and resumes it.
     public final override func execute() {
         guard let request = input else {
-            return finish(throwing: NetworkError.invalidRequest(operation: reference, reason: "it has no request"))
+            // Run regardless of a failed upstream: its error says more than "no request".
+            return finish(
+                throwing: upstreamError ?? NetworkError.invalidRequest(operation: reference, reason: "it has no request"))
         }
         if let problem = client.configurationError { return finish(throwing: problem) }
         let task: URLSessionTask
         do {
             try check(request)
+            var request = request
+            // No limit (infinity included) is sent as the longest Foundation takes.
+            if request.timeoutInterval > HTTPClient.longestIdleTimeout {
+                request.timeoutInterval = HTTPClient.longestIdleTimeout
+            }
             task = try makeTask(for: request)
         } catch {
             return finish(throwing: error)
@@ -122,6 +133,9 @@ public class HTTPOperation<Output: Sendable>: TransformOperation<URLRequest, Out
         guard let host = url.host, !host.isEmpty else {
             throw .invalidRequest(operation: reference, reason: "'\(url.absoluteString)' has no host")
         }
+        guard !request.timeoutInterval.isNaN else {
+            throw .invalidRequest(operation: reference, reason: "its timeoutInterval is not a number")
+        }
         let method = (request.httpMethod ?? "GET").uppercased()
         if ["GET", "HEAD"].contains(method), request.httpBody != nil || request.httpBodyStream != nil || sendsBody {
             throw .invalidRequest(operation: reference, reason: "a \(method) request cannot carry a body")
@@ -148,20 +162,31 @@ public class HTTPOperation<Output: Sendable>: TransformOperation<URLRequest, Out
         }
     }
 
-    /// Ends the operation once its task has ended with a whole body, or an error.
+    /// Ends the operation once its task has ended with a whole body, or an error. Called on the
+    /// session's serial delegate queue, it ends the operation from another queue: the operation's
+    /// `onFinish` observers (which run where it finishes) may block, or wait for another request of
+    /// the same client, without holding up every transfer's end.
     func complete(
         _ request: URLRequest, data: Data?, response: URLResponse?, error: (any Error)?,
-        deliver: @Sendable (Data, HTTPURLResponse) throws -> Output
+        deliver: @escaping @Sendable (Data, HTTPURLResponse) throws -> Output
     ) {
         let body = data ?? Data()
-        switch verdict(for: request, response: response, error: error, body: { body }) {
-        case .success(let http): finish(with: Result { try deliver(body, http) })
-        case .failure(let failure): end(with: failure)
+        DispatchQueue.global().async {
+            switch self.verdict(for: request, response: response, error: error, body: { body }) {
+            case .success(let http): self.finish(with: Result { try deliver(body, http) })
+            case .failure(let failure): self.end(with: failure)
+            }
         }
     }
 
     /// Whether `cancel()` (or the operation's timeout) asked for the end of the transfer.
     var cancellationRequested: Bool { transfer.withLock { $0.cancelled } }
+
+    /// Decides, with `didCancel()` under the same lock, that a finished transfer's result is kept:
+    /// `false` when a cancellation (or the timeout) came first.
+    func commitResult() -> Bool {
+        transfer.withLock { !$0.cancelled }
+    }
 
     /// What the task's end means: the HTTP response when it succeeded with an accepted status, or the
     /// error that says what happened.
@@ -221,6 +246,16 @@ public class HTTPOperation<Output: Sendable>: TransformOperation<URLRequest, Out
 
 /// The transfer ended because the operation was cancelled.
 struct CancellationRequested: Error {}
+
+/// An operation that sends a request: what a retry asks to know whether the method is idempotent.
+protocol RequestSending: AnyObject {
+    /// The method of the request the operation sends (`GET` unless set).
+    var sentMethod: String? { get }
+}
+
+extension HTTPOperation: RequestSending {
+    var sentMethod: String? { input.map { $0.httpMethod ?? "GET" } }
+}
 
 extension HTTPOperation: InputDerivedClaims {
     package func inputWasStored(_ input: any Sendable) {

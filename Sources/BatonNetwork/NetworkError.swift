@@ -28,18 +28,23 @@ public enum NetworkError: Error, Sendable, CustomStringConvertible {
     /// The body is not the JSON the decode step expected; `path` says where it failed
     /// (`recipes[3].name`, or `(top level)`).
     case decodingFailed(operation: OperationReference, type: String, path: String, reason: String)
+    /// The ``HTTPClient`` was made with a setting it cannot use (a limit below 1, a request timeout
+    /// that is not a number); each of its operations fails at start with this error.
+    case invalidConfiguration(reason: String)
 
     /// The most of a failed response's body that ``unacceptableStatus(operation:status:response:bodyPrefix:)``
     /// keeps: 512 bytes.
     public static let bodyPrefixLimit = 512
 
-    /// The operation the error names.
-    public var culprit: OperationReference {
+    /// The operation the error names; `nil` for a client's ``invalidConfiguration(reason:)``.
+    public var culprit: OperationReference? {
         switch self {
         case .invalidRequest(let operation, _), .unacceptableStatus(let operation, _, _, _),
             .idleTimeout(let operation, _, _), .transport(let operation, _, _, _),
             .destinationNotWritable(let operation, _, _), .decodingFailed(let operation, _, _, _):
             return operation
+        case .invalidConfiguration:
+            return nil
         }
     }
 
@@ -61,6 +66,8 @@ public enum NetworkError: Error, Sendable, CustomStringConvertible {
             return "\(operation): cannot write \(destination.path): \(reason)"
         case .decodingFailed(let operation, let type, let path, let reason):
             return "\(operation): the body is not a \(type) at \(path): \(reason)"
+        case .invalidConfiguration(let reason):
+            return "HTTPClient: \(reason)"
         }
     }
 

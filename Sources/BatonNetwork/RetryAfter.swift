@@ -22,8 +22,8 @@ public enum RetryAfter {
     public static func wait(for value: String, now: Date = Date()) -> Duration? {
         let text = value.trimmingCharacters(in: .whitespaces)
         if !text.isEmpty, text.allSatisfy(\.isASCII), text.allSatisfy(\.isNumber) {
-            // Seconds; absurd values saturate rather than overflow.
-            return .seconds(Int64(text) ?? Int64.max / 1_000_000_000_000)
+            // Seconds; a number too large for 64 bits saturates (a `Duration` holds `Int64.max` seconds).
+            return .seconds(Int64(text) ?? Int64.max)
         }
         for format in formats {
             let formatter = DateFormatter()

@@ -22,8 +22,8 @@ public enum UploadBody: Sendable {
 /// ```
 ///
 /// A request whose method is GET (`URLRequest`'s default, which cannot carry a body) is sent as a
-/// POST. A HEAD request, or a file that cannot be read, fails the operation at start with
-/// ``NetworkError/invalidRequest(operation:reason:)``.
+/// POST. A HEAD request, or a file that cannot be read or is not a regular file (a folder, a FIFO, a
+/// device), fails the operation at start with ``NetworkError/invalidRequest(operation:reason:)``.
 public final class UploadOperation: HTTPOperation<HTTPResponse>, @unchecked Sendable {
     /// What the operation sends.
     public let body: UploadBody
@@ -51,6 +51,12 @@ public final class UploadOperation: HTTPOperation<HTTPResponse>, @unchecked Send
         case .file(let file):
             guard FileManager.default.isReadableFile(atPath: file.path) else {
                 throw NetworkError.invalidRequest(operation: reference, reason: "cannot read the file \(file.path)")
+            }
+            // Foundation sends a file's size from its attributes: a folder never ends, a FIFO or a
+            // device sends nothing. Only a regular file has a body to send.
+            let type = try? FileManager.default.attributesOfItem(atPath: file.path)[.type] as? FileAttributeType
+            guard type == .typeRegular else {
+                throw NetworkError.invalidRequest(operation: reference, reason: "\(file.path) is not a regular file")
             }
             return client.session.uploadTask(with: request, fromFile: file, completionHandler: complete)
         }

@@ -76,8 +76,9 @@ final class BadInputTests: NetworkTestCase, @unchecked Sendable {
         let client = HTTPClient(maximumRequestsPerHost: 0)
         let fetch = client.data(server.request("/status/200?key=\(key)"))
         let outcome = try fetch.runForOutcome(timeout: testTimeout)
-        guard case .failed(BatonError.invalidLimit(let what, 0)) = outcome else { return XCTFail("\(outcome)") }
-        XCTAssertEqual(what, "requests per host of an HTTPClient")
+        guard case .failed(NetworkError.invalidConfiguration(let reason)) = outcome else { return XCTFail("\(outcome)") }
+        XCTAssertEqual(reason, "maximumRequestsPerHost must be at least 1, got 0")
+        XCTAssertEqual(client.configurationError?.description, "HTTPClient: maximumRequestsPerHost must be at least 1, got 0")
         XCTAssertNil(fetch.task)
         XCTAssertEqual(try server.stats(key).requests, 0)
     }

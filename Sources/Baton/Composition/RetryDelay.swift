@@ -30,7 +30,8 @@ public enum RetryDelay: Sendable, Hashable {
             // (an infinite multiplier, 0 × ∞) is the maximum.
             let ceiling = max(.zero, maximum)
             let factor = multiplier.isNaN ? 1 : max(1, multiplier)
-            let wait = max(0, initial.seconds) * Foundation.pow(factor, Double(max(0, attempt - 2)))
+            let exponent = attempt > 2 ? Double(attempt - 2) : 0   // no `attempt - 2` for Int.min
+            let wait = max(0, initial.seconds) * Foundation.pow(factor, exponent)
             return wait.isFinite && wait < ceiling.seconds ? .seconds(wait) : ceiling
         }
     }

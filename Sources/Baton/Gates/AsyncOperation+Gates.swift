@@ -82,6 +82,22 @@ extension AsyncOperation {
         }
     }
 
+    /// Replaces the category `old` (when the operation claims it) by `new` (when given and not claimed
+    /// already), as one change, while the operation is pending: for a claim that follows from an
+    /// input which a chain may replace (a request's host). `package`: BatonNetwork's operations.
+    ///
+    /// - Throws: ``BatonError/invalidArgument(operation:reason:)`` when the operation has started (or
+    ///   its gate is being passed), or `new`'s name is empty.
+    package func replaceClaim(_ old: OperationCategory?, with new: OperationCategory?) throws(BatonError) {
+        try configureGate { gate throws(BatonError) in
+            if let new, new.name.isEmpty {
+                throw .invalidArgument(operation: reference, reason: "a category's name must not be empty")
+            }
+            if let old, let index = gate.categories.firstIndex(of: old) { gate.categories.remove(at: index) }
+            if let new, !gate.categories.contains(new) { gate.categories.append(new) }
+        }
+    }
+
     /// The conditions added to the operation.
     public var conditions: [Condition] {
         core.withLock { $0.gate?.conditions ?? [] }

@@ -17,7 +17,7 @@ Routes
   /drop?bytes=N&after=M             announces N bytes, sends M, then resets the connection
   /bytes?n=N                        N bytes at full speed
   /concurrent?ms=N                  sleeps N ms; counts requests in flight at once
-  /_stats?key=K                     {"max_concurrent", "in_flight", "requests", "closed_early"}
+  /_stats?key=K                     {"max_concurrent", "max_connections" (beyond those open at the last reset), ...}
   /_reset                           forgets the counts
   anything else                     a file under --root (the cookbook), or 404
 """
@@ -36,12 +36,15 @@ from urllib.parse import parse_qs, urlparse
 
 ROOT = None
 LOCK = threading.Lock()
-STATE = {"in_flight": 0, "max_concurrent": 0, "requests": {}, "closed_early": {}}
+STATE = {"in_flight": 0, "max_concurrent": 0, "requests": {}, "closed_early": {}, "connections": 0,
+         "max_connections": 0, "connections_at_reset": 0}
 
 
 def reset():
     with LOCK:
-        STATE.update(in_flight=0, max_concurrent=0, requests={}, closed_early={})
+        # Connections open at the reset (idle ones of earlier clients) are not counted after it.
+        STATE.update(in_flight=0, max_concurrent=0, requests={}, closed_early={},
+                     max_connections=STATE["connections"], connections_at_reset=STATE["connections"])
 
 
 def count(key):
@@ -58,7 +61,17 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def finish(self):
+        try:
+            super().finish()
+        finally:
+            with LOCK:
+                STATE["connections"] -= 1
+
     def setup(self):
+        with LOCK:
+            STATE["connections"] += 1
+            STATE["max_connections"] = max(STATE["max_connections"], STATE["connections"])
         super().setup()
         # Headers and body go out in separate writes: without this, Nagle's algorithm holds the body
         # back until the client's delayed acknowledgement (40 ms on Linux).
@@ -214,6 +227,7 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             value = {
                 "max_concurrent": STATE["max_concurrent"],
+                "max_connections": STATE["max_connections"] - STATE["connections_at_reset"],
                 "in_flight": STATE["in_flight"],
                 "requests": STATE["requests"].get(key, 0) if key else sum(STATE["requests"].values()),
                 "closed_early": STATE["closed_early"].get(key, False) if key else bool(STATE["closed_early"]),

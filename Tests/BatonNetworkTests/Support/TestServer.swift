@@ -70,12 +70,15 @@ final class TestServer: @unchecked Sendable {
 
     struct Stats: Decodable {
         let maxConcurrent: Int
+        /// The most connections open at once since the last reset, beyond those open at the reset.
+        let maxConnections: Int
         let inFlight: Int
         let requests: Int
         let closedEarly: Bool?
 
         enum CodingKeys: String, CodingKey {
             case maxConcurrent = "max_concurrent"
+            case maxConnections = "max_connections"
             case inFlight = "in_flight"
             case requests
             case closedEarly = "closed_early"
