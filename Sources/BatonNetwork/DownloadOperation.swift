@@ -79,10 +79,6 @@ public final class DownloadOperation: HTTPOperation<DownloadedFile>, ProgressRep
         }
     }
 
-    override func abandon(_ task: URLSessionTask) {
-        if reportsProgress { client.progressReporting.router.forget(task) }
-    }
-
     /// The transfer has written `received` bytes of `expected` (-1 when unknown).
     func wrote(_ received: Int64, of expected: Int64) {
         counts.withLock { $0 = (received, expected) }
@@ -123,7 +119,7 @@ public final class DownloadOperation: HTTPOperation<DownloadedFile>, ProgressRep
                             operation: reference, url: request.url ?? destination, code: .badServerResponse,
                             reason: "the download ended without a file")))
             }
-            guard commitResult() else { return settle(.failure(CancellationRequested())) }
+            guard !cancellationRequested else { return settle(.failure(CancellationRequested())) }
             let size = (try? FileManager.default.attributesOfItem(atPath: location.path)[.size] as? NSNumber)?.int64Value ?? 0
             let previous = PreviousFile(keeping: destination)
             if let problem = place(location) {
@@ -190,11 +186,6 @@ final class ProgressRouter: NSObject, URLSessionDownloadDelegate, Sendable {
         downloads.withLock { $0[task.taskIdentifier] = (operation, request) }
     }
 
-    /// Lets go of a task that will never resume.
-    func forget(_ task: URLSessionTask) {
-        _ = downloads.withLock { $0.removeValue(forKey: task.taskIdentifier) }
-    }
-
     func urlSession(
         _ session: URLSession, downloadTask: URLSessionDownloadTask, didWriteData bytesWritten: Int64,
         totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64
@@ -242,9 +233,11 @@ struct PreviousFile: Sendable {
 
     init(keeping destination: URL) {
         self.destination = destination
-        existed = FileManager.default.fileExists(atPath: destination.path)
         let hidden = destination.deletingLastPathComponent().appendingPathComponent(".baton-previous-\(UUID().uuidString)")
-        kept = existed && link(destination.path, hidden.path) == 0 ? hidden : nil
+        // One call decides both facts: linked, it existed and is kept; ENOENT, there was none.
+        let linked = link(destination.path, hidden.path) == 0
+        kept = linked ? hidden : nil
+        existed = linked || errno != ENOENT
     }
 
     /// The download succeeded: the previous file goes.

@@ -93,21 +93,27 @@ public class HTTPOperation<Output: Sendable>: TransformOperation<URLRequest, Out
             if request.timeoutInterval > HTTPClient.longestIdleTimeout {
                 request.timeoutInterval = HTTPClient.longestIdleTimeout
             }
+            try checkClaim(for: request)
             task = try makeTask(for: request)
         } catch {
             return finish(throwing: error)
         }
-        let go = transfer.withLock { transfer -> Bool in
-            guard !transfer.cancelled else { return false }
-            transfer.task = task
-            return true
-        }
-        guard go else {
-            abandon(task)
-            task.cancel()
-            return finish()
-        }
+        // `didCancel()` never runs while `execute()` does (Baton delivers it after), so a cancel finds
+        // the task stored here, and one that came before start never executes the operation.
+        transfer.withLock { $0.task = task }
         task.resume()
+    }
+
+    /// The operation holds the claim of the host it sends to. A request stored from another thread as
+    /// the operation started may be in the input while its claim was refused (the gate had begun):
+    /// sending it would go around that host's limit.
+    private func checkClaim(for request: URLRequest) throws(NetworkError) {
+        let claimed = transfer.withLock { $0.claimedHost?.name }
+        guard let url = request.url, claimed == HTTPClient.hostKey(of: url) else {
+            throw .invalidRequest(
+                operation: reference,
+                reason: "its request was replaced as it started, after its host's limit was claimed for another")
+        }
     }
 
     /// Cancels the task, which ends the transfer at once.
@@ -150,9 +156,6 @@ public class HTTPOperation<Output: Sendable>: TransformOperation<URLRequest, Out
         preconditionFailure("HTTPOperation subclasses make their task")
     }
 
-    /// Lets go of a task made but never resumed. Subclasses whose task is followed elsewhere override.
-    func abandon(_ task: URLSessionTask) {}
-
     /// A data task that ends the operation with what `deliver` makes of the body.
     func dataTask(
         for request: URLRequest, deliver: @escaping @Sendable (Data, HTTPURLResponse) throws -> Output
@@ -179,14 +182,9 @@ public class HTTPOperation<Output: Sendable>: TransformOperation<URLRequest, Out
         }
     }
 
-    /// Whether `cancel()` (or the operation's timeout) asked for the end of the transfer.
+    /// Whether `cancel()` (or the operation's timeout) asked for the end of the transfer: read under
+    /// the lock `didCancel()` sets it under, so a result kept when it is `false` was decided first.
     var cancellationRequested: Bool { transfer.withLock { $0.cancelled } }
-
-    /// Decides, with `didCancel()` under the same lock, that a finished transfer's result is kept:
-    /// `false` when a cancellation (or the timeout) came first.
-    func commitResult() -> Bool {
-        transfer.withLock { !$0.cancelled }
-    }
 
     /// What the task's end means: the HTTP response when it succeeded with an accepted status, or the
     /// error that says what happened.

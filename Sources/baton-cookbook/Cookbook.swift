@@ -36,6 +36,12 @@ struct Ingredient: Decodable, Sendable {
     let images: [Int]
 }
 
+/// How a crawl ended, as the summary's first word says it.
+enum CrawlOutcome: String, Sendable {
+    case succeeded, failed, cancelled
+    case didNotFinish = "did not finish"
+}
+
 /// What a crawl did.
 struct CrawlSummary: Sendable {
     var recipes = 0
@@ -45,14 +51,14 @@ struct CrawlSummary: Sendable {
     var requests = 0
     var attempts = 0
     var failures: [String] = []
-    var outcome = ""
+    var outcome = CrawlOutcome.didNotFinish
 }
 
 extension CrawlSummary {
     /// The summary's first line: what was fetched, the requests and retries, the time.
     func report(seconds: Double) -> String {
         let time = String(format: "%.2f", seconds)
-        return "\(outcome): \(recipes) recipes, \(ingredients) ingredients, \(images) images (\(bytes) bytes); "
+        return "\(outcome.rawValue): \(recipes) recipes, \(ingredients) ingredients, \(images) images (\(bytes) bytes); "
             + "\(requests) requests, \(attempts - requests) retries, in \(time) s"
     }
 }
@@ -157,18 +163,18 @@ func crawl(_ options: CrawlOptions, progress: (@Sendable (CrawlSummary) -> Void)
     }
     switch outcome {
     case .succeeded?:
-        summary.outcome = "succeeded"
+        summary.outcome = .succeeded
     case .cancelled?:
-        summary.outcome = "cancelled"
+        summary.outcome = .cancelled
     case .failed(let error)?:
-        summary.outcome = "failed"
+        summary.outcome = .failed
         if case BatonError.treeFailed(let failures) = error {
             summary.failures = failures.map { "\($0)" }
         } else {
             summary.failures = ["\(error)"]
         }
     case nil:
-        summary.outcome = "did not finish"
+        summary.outcome = .didNotFinish
         summary.failures = ["the crawl did not finish within \(options.timeout + .seconds(30))"]
     }
     return summary
@@ -239,5 +245,5 @@ func runCookbook(_ arguments: [String]) -> Int32 {
     print(summary.report(seconds: seconds))
     for failure in summary.failures.prefix(10) { print("failed: \(failure)") }
     if summary.failures.count > 10 { print("… and \(summary.failures.count - 10) more failures") }
-    return summary.outcome == "succeeded" ? 0 : 1
+    return summary.outcome == .succeeded ? 0 : 1
 }

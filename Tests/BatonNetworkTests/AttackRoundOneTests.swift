@@ -16,13 +16,6 @@ import FoundationNetworking
 /// The defects an independent adversarial round found in BatonNetwork (F1–F12), each pinned by the
 /// test that reproduced it.
 final class AttackRoundOneTests: NetworkTestCase, @unchecked Sendable {
-    /// Spreads the moment of a cancel over a transfer's life without sleeping.
-    private func spin(_ rounds: Int) {
-        var sum = 0
-        for value in 0..<rounds { sum &+= value }
-        if sum == -1 { print(sum) }
-    }
-
     /// F1: a download that ends cancelled or timed out leaves the previous file at its destination.
     func testADownloadThatDoesNotSucceedNeverReplacesTheDestination() throws {
         let queue = OperationQueue()

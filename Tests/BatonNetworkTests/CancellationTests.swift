@@ -12,10 +12,10 @@ final class CancellationTests: NetworkTestCase, @unchecked Sendable {
     /// it ended cancelled and that the server saw the connection close.
     private func cancelWhileTheServerIsBusy(_ operation: HTTPOperation<some Sendable>, key: String) throws {
         OperationQueue().addOperation(operation)
-        XCTAssertTrue(try eventually { try server.stats(key).requests == 1 || operation.isFinished })
+        XCTAssertEqual(try server.awaitStats(key, requests: 1).requests, 1)
         operation.cancel()
         XCTAssertEqual(try finished(operation).isCancelled, true)
-        XCTAssertTrue(try eventually { try server.stats(key).closedEarly == true }, "the server never saw the connection close")
+        XCTAssertEqual(try server.awaitStats(key, closed: true).closedEarly, true, "the server never saw the connection close")
     }
 
     func testCancellingDuringTheHeadersClosesTheConnection() throws {
@@ -57,7 +57,7 @@ final class CancellationTests: NetworkTestCase, @unchecked Sendable {
         let outcome = try fetch.runForOutcome(timeout: testTimeout)
         guard case .failed(BatonError.timedOut(let culprit, .milliseconds(300))) = outcome else { return XCTFail("\(outcome)") }
         XCTAssertEqual(culprit.operation, fetch)
-        XCTAssertTrue(try eventually { try server.stats(key).closedEarly == true })
+        XCTAssertEqual(try server.awaitStats(key, closed: true).closedEarly, true)
     }
 
     func testTheRequestsTimeoutBoundsTheTimeWithoutData() throws {
@@ -75,9 +75,16 @@ final class CancellationTests: NetworkTestCase, @unchecked Sendable {
         var policy = HTTPRetryPolicy()
         policy.initialDelay = .seconds(600)
         policy.jitter = 0
+        // A gate: the policy has decided to wait 600 s; the cancel lands as the retry begins the wait
+        // (or just before, which ends it cancelled too).
+        let decided = DispatchSemaphore(value: 0)
+        policy.adjust = { _, _, proposed in
+            decided.signal()
+            return proposed
+        }
         let fetch = client.fetch(server.request("/status/503?key=\(key())"), policy: policy)
         OperationQueue().addOperation(fetch)
-        XCTAssertTrue(eventually { fetch.attemptsMade.isEmpty && fetch.attemptCount == 1 })
+        XCTAssertEqual(decided.wait(timeout: .now() + 30), .success)
         fetch.cancel()
         XCTAssertEqual(try finished(fetch).isCancelled, true)
     }
@@ -89,9 +96,14 @@ final class CancellationTests: NetworkTestCase, @unchecked Sendable {
         for trial in 0..<200 {
             let fetch = client.data(server.request("/bytes?n=\(trial * 97)"))
             let ends = Mutex(0)
-            fetch.onFinish { _ in ends.withLock { $0 += 1 } }
+            let ended = DispatchSemaphore(value: 0)
+            fetch.onFinish { _ in
+                ends.withLock { $0 += 1 }
+                ended.signal()
+            }
             queue.addOperation(fetch)
-            if trial % 3 != 0 { Thread.sleep(forTimeInterval: Double(trial % 7) / 10_000) }
+            // The cancel lands at a different moment of the transfer each trial, without sleeping.
+            spin(trial % 7 * 20_000)
             fetch.cancel()
             let outcome = try finished(fetch)
             switch outcome {
@@ -99,10 +111,17 @@ final class CancellationTests: NetworkTestCase, @unchecked Sendable {
             case .succeeded(let response): XCTAssertEqual(response.body.count, trial * 97)
             case .failed(let error): XCTFail("trial \(trial): \(error)")
             }
-            XCTAssertTrue(eventually { ends.withLock { $0 } == 1 })
+            XCTAssertEqual(ended.wait(timeout: .now() + 30), .success)
+            XCTAssertEqual(ends.withLock { $0 }, 1, "trial \(trial)")
         }
-        Thread.sleep(forTimeInterval: 0.05)
     }
+}
+
+/// Spreads the moment of an event over an operation's life without sleeping.
+func spin(_ rounds: Int) {
+    var sum = 0
+    for value in 0..<rounds { sum &+= value }
+    if sum == -1 { print(sum) }
 }
 
 /// The outcome of an operation already added to a queue, once it has finished (or a failure after

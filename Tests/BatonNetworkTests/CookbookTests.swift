@@ -42,7 +42,7 @@ final class CookbookTests: XCTestCase {
         options.graph = folder.appendingPathComponent("graph.dot")
         let summary = crawl(options)
         let expected = try expectedCounts()
-        XCTAssertEqual(summary.outcome, "succeeded", "\(summary.failures.prefix(3))")
+        XCTAssertEqual(summary.outcome, .succeeded, "\(summary.failures.prefix(3))")
         XCTAssertEqual(summary.recipes, expected.recipes)
         XCTAssertEqual(summary.ingredients, expected.ingredients)
         XCTAssertEqual(summary.images, expected.images)
@@ -59,7 +59,7 @@ final class CookbookTests: XCTestCase {
         var options = CrawlOptions(base: URL(string: "http://127.0.0.1:1/")!)
         options.attempts = 2
         let summary = crawl(options)
-        XCTAssertEqual(summary.outcome, "failed")
+        XCTAssertEqual(summary.outcome, .failed)
         XCTAssertEqual(summary.failures.count, 1)
         XCTAssertTrue(summary.failures[0].contains("the connection was refused"), summary.failures[0])
         XCTAssertEqual(summary.attempts, 2)

@@ -14,6 +14,8 @@ final class NetworkAttackTests: NetworkTestCase, @unchecked Sendable {
         let queue = OperationQueue()
         let operations = Mutex([HTTPOperation<HTTPResponse>]())
         let ends = Mutex([ObjectIdentifier: Int]())
+        // Left by each operation's onFinish: the gate the test waits on.
+        let ended = DispatchGroup()
         DispatchQueue.concurrentPerform(iterations: 8) { thread in
             for trial in 0..<40 {
                 let size = (thread * 40 + trial) * 131
@@ -24,16 +26,20 @@ final class NetworkAttackTests: NetworkTestCase, @unchecked Sendable {
                 // Some time out at once, some are cancelled, some finish: all at about the same moment.
                 if trial % 5 == 0 { operation.timeout = .microseconds(trial * 20) }
                 let id = ObjectIdentifier(operation)
-                operation.onFinish { _ in ends.withLock { $0[id, default: 0] += 1 } }
+                ended.enter()
+                operation.onFinish { _ in
+                    ends.withLock { $0[id, default: 0] += 1 }
+                    ended.leave()
+                }
                 operations.withLock { $0.append(operation) }
                 queue.addOperation(operation)
                 if trial % 3 == 1 { operation.cancel() }
             }
         }
         let all = operations.withLock { $0 }
-        XCTAssertTrue(
-            eventually { all.allSatisfy(\.isFinished) }, "operations still running: \(all.filter { !$0.isFinished }.count)")
-        XCTAssertTrue(eventually { ends.withLock { $0.count } == all.count })
+        XCTAssertEqual(ended.wait(timeout: .now() + 60), .success, "operations still running")
+        XCTAssertEqual(all.filter { !$0.isFinished }.count, 0)
+        XCTAssertEqual(ends.withLock { $0.count }, all.count)
         XCTAssertEqual(ends.withLock { Set($0.values) }, [1], "an operation ended more than once")
         for operation in all {
             switch operation.outcome {
@@ -48,11 +54,11 @@ final class NetworkAttackTests: NetworkTestCase, @unchecked Sendable {
             let key = "\(key())-\(trial)"
             let fetch = client.fetch(server.request("/delay-headers?ms=20000&key=\(key)"))
             OperationQueue().addOperation(fetch)
-            XCTAssertTrue(try eventually { try server.stats(key).requests == 1 })
+            XCTAssertEqual(try server.awaitStats(key, requests: 1).requests, 1)
             fetch.cancel()
             XCTAssertEqual(try finished(fetch).isCancelled, true)
             XCTAssertEqual(fetch.attemptCount, 1)
-            XCTAssertTrue(try eventually { try server.stats(key).closedEarly == true })
+            XCTAssertEqual(try server.awaitStats(key, closed: true).closedEarly, true)
         }
     }
 
@@ -81,6 +87,103 @@ final class NetworkAttackTests: NetworkTestCase, @unchecked Sendable {
                 }
             }
             XCTAssertEqual(client.hosts.limit(of: "http://host-\(trial).invalid:80"), 2, "trial \(trial)")
+        }
+    }
+
+    /// A retry's next attempt racing a cancel, from many threads: each retry ends once, succeeded or
+    /// cancelled, after at most two attempts.
+    func testCancelsRacingARetrysNextAttemptEndEachRetryOnce() throws {
+        var quick = HTTPRetryPolicy()
+        quick.initialDelay = .microseconds(100)
+        quick.jitter = 0
+        let policy = quick
+        let retries = Mutex([RetryOperation<HTTPResponse>]())
+        let ends = Mutex([ObjectIdentifier: Int]())
+        let ended = DispatchGroup()
+        let queue = OperationQueue()
+        let base = key()
+        DispatchQueue.concurrentPerform(iterations: 6) { thread in
+            for trial in 0..<30 {
+                let fetch = client.fetch(
+                    server.request("/status/503?times=1&then=200&key=\(base)-\(thread)-\(trial)"), policy: policy)
+                let id = ObjectIdentifier(fetch)
+                ended.enter()
+                fetch.onFinish { _ in
+                    ends.withLock { $0[id, default: 0] += 1 }
+                    ended.leave()
+                }
+                retries.withLock { $0.append(fetch) }
+                queue.addOperation(fetch)
+                spin((thread * 30 + trial) % 11 * 30_000)
+                fetch.cancel()
+            }
+        }
+        XCTAssertEqual(ended.wait(timeout: .now() + 60), .success, "retries still running")
+        let all = retries.withLock { $0 }
+        XCTAssertEqual(ends.withLock { Set($0.values) }, [1], "a retry ended more than once")
+        for fetch in all {
+            XCTAssertLessThanOrEqual(fetch.attemptCount, 2)
+            switch fetch.outcome {
+            case .succeeded(let response)?: XCTAssertEqual(response.statusCode, 200)
+            case .cancelled?: break
+            case let other: XCTFail("\(String(describing: other))")
+            }
+        }
+    }
+
+    /// A request stored from another thread just as the operation starts: it is either claimed and
+    /// sent, or refused as replaced; never sent under another host's claim. Both threads are released
+    /// by one gate.
+    func testARequestReplacedAsTheOperationStartsIsNeverSentUnderAnotherHostsClaim() throws {
+        let first = server.request("/bytes?n=3")
+        // The same server under another host name: another host, another category.
+        let second = URLRequest(url: URL(string: "http://localhost:\(server.port)/bytes?n=5")!)
+        let queue = OperationQueue()
+        var outcomes = (sent: 0, refused: 0)
+        for _ in 0..<200 {
+            let fetch = client.data(first)
+            let go = DispatchSemaphore(value: 0)
+            let ready = DispatchGroup()
+            DispatchQueue.concurrentPerform(iterations: 2) { side in
+                ready.enter()
+                ready.leave()
+                if side == 0 {
+                    go.wait()
+                    fetch.input = second
+                } else {
+                    ready.wait()
+                    go.signal()
+                    queue.addOperation(fetch)
+                }
+            }
+            switch try finished(fetch) {
+            case .succeeded(let response):
+                outcomes.sent += 1
+                let host = response.body.count == 5 ? second : first
+                XCTAssertEqual(fetch.categories, [client.hostCategory(for: host.url)!], "sent under another host's claim")
+            case .failed(NetworkError.invalidRequest(_, let reason)):
+                outcomes.refused += 1
+                XCTAssertTrue(reason.hasPrefix("its request was replaced as it started"), reason)
+            case let other:
+                XCTFail("\(other)")
+            }
+        }
+        XCTAssertGreaterThan(outcomes.sent, 0)
+    }
+
+    /// A failure whose body holds what exports interpret (quotes, newlines, entity codes, HTML) is
+    /// recorded and exported as valid JSON.
+    func testAFailureBodyWithHostileCharactersExportsCleanly() throws {
+        var components = URLComponents(url: server.url("/status/500"), resolvingAgainstBaseURL: false)!
+        components.queryItems = [URLQueryItem(name: "body", value: "say \"hi\"\n#9829; <b>x</b> \\ \u{1}")]
+        let fetch = client.data(URLRequest(url: components.url!))
+        let recorder = FlightRecorder()
+        recorder.attach(to: fetch)
+        guard case .failed = try fetch.runForOutcome(timeout: testTimeout) else { return XCTFail("it did not fail") }
+        let trace = Data(recorder.export(.chromeTrace).utf8)
+        XCTAssertNoThrow(try JSONSerialization.jsonObject(with: trace))
+        for format in [FlightRecorder.ExportFormat.graphviz, .mermaid, .textTree] {
+            XCTAssertFalse(recorder.export(format).isEmpty)
         }
     }
 }

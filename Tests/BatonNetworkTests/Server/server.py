@@ -18,6 +18,7 @@ Routes
   /bytes?n=N                        N bytes at full speed
   /concurrent?ms=N                  sleeps N ms; counts requests in flight at once
   /_stats?key=K                     {"max_concurrent", "max_connections" (beyond those open at the last reset), ...}
+  /_await?key=K&requests=N|closed=1 /_stats, once that holds (or after timeout=S seconds, default 20)
   /_reset                           forgets the counts
   anything else                     a file under --root (the cookbook), or 404
 """
@@ -36,6 +37,8 @@ from urllib.parse import parse_qs, urlparse
 
 ROOT = None
 LOCK = threading.Lock()
+# Notified whenever a count changes, for /_await.
+CHANGED = threading.Condition(LOCK)
 STATE = {"in_flight": 0, "max_concurrent": 0, "requests": {}, "closed_early": {}, "connections": 0,
          "max_connections": 0, "connections_at_reset": 0}
 
@@ -51,6 +54,7 @@ def count(key):
     """Counts a request of `key` and returns its number (1, 2, ...)."""
     with LOCK:
         STATE["requests"][key] = STATE["requests"].get(key, 0) + 1
+        CHANGED.notify_all()
         return STATE["requests"][key]
 
 
@@ -132,6 +136,7 @@ class Handler(BaseHTTPRequestHandler):
     def mark_closed(self, key):
         with LOCK:
             STATE["closed_early"][key] = True
+            CHANGED.notify_all()
         self.close_connection = True
 
     # Routes
@@ -233,6 +238,18 @@ class Handler(BaseHTTPRequestHandler):
                 "closed_early": STATE["closed_early"].get(key, False) if key else bool(STATE["closed_early"]),
             }
         self.reply_json(200, value)
+
+    def route__await(self, parts, query, body):
+        """Answers /_stats once key K has `requests` requests (at least) or, with closed=1, once the
+        client closed its connection early; or after `timeout` seconds (default 20), whatever holds."""
+        key = query.get("key", "")
+        wanted = int(query.get("requests", "0"))
+        closed = query.get("closed") == "1"
+        with CHANGED:
+            CHANGED.wait_for(
+                lambda: STATE["requests"].get(key, 0) >= wanted and (not closed or STATE["closed_early"].get(key, False)),
+                timeout=float(query.get("timeout", "20")))
+        self.route__stats(parts, query, body)
 
     def route__reset(self, parts, query, body):
         reset()

@@ -64,6 +64,14 @@ final class TestServer: @unchecked Sendable {
         return try JSONDecoder().decode(Stats.self, from: data)
     }
 
+    /// What the server saw for `key`, once it saw at least `requests` requests of it, or (with
+    /// `closed`) the client close its connection early: a gate on the server, not a poll. After 20 s
+    /// it answers anyway, and the caller's assertion fails.
+    func awaitStats(_ key: String, requests: Int = 0, closed: Bool = false) throws -> Stats {
+        try JSONDecoder().decode(
+            Stats.self, from: fetch(url("/_await?key=\(key)&requests=\(requests)&closed=\(closed ? 1 : 0)&timeout=20")))
+    }
+
     func reset() throws {
         _ = try fetch(url("/_reset"))
     }
@@ -89,12 +97,12 @@ final class TestServer: @unchecked Sendable {
         let result = Mutex<Result<Data, any Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
         var request = URLRequest(url: url)
-        request.timeoutInterval = 10
+        request.timeoutInterval = 30
         URLSession.shared.dataTask(with: request) { data, _, error in
             result.withLock { $0 = data.map { .success($0) } ?? .failure(error ?? ServerError(description: "no data")) }
             done.signal()
         }.resume()
-        guard done.wait(timeout: .now() + 20) == .success else { throw ServerError(description: "\(url) took 20 s") }
+        guard done.wait(timeout: .now() + 40) == .success else { throw ServerError(description: "\(url) took 40 s") }
         return try result.withLock { $0! }.get()
     }
 }
@@ -103,12 +111,15 @@ final class TestServer: @unchecked Sendable {
 /// enough that a hang fails the test instead of the CI run.
 let testTimeout: Duration = .seconds(30)
 
-/// Checks `condition` until it holds or `timeout` passes; false if it never held.
-func eventually(timeout: Duration = testTimeout, _ condition: () throws -> Bool) rethrows -> Bool {
+/// Checks `condition` until it holds or `timeout` passes; false if it never held. Only for facts that
+/// nothing announces (a download's byte count, a client freed); for the rest, tests wait on gates:
+/// an operation's wait, a semaphore, the server's `/_await`.
+func eventually(timeout: Duration = testTimeout, _ condition: () -> Bool) -> Bool {
     let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if try condition() { return true }
-        Thread.sleep(forTimeInterval: 0.01)
+    let tick = DispatchSemaphore(value: 0)
+    while !condition() {
+        guard ContinuousClock.now < deadline else { return false }
+        _ = tick.wait(timeout: .now() + .milliseconds(1))
     }
-    return try condition()
+    return true
 }
