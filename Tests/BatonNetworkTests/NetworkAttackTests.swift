@@ -38,7 +38,8 @@ final class NetworkAttackTests: NetworkTestCase, @unchecked Sendable {
         }
         let all = operations.withLock { $0 }
         XCTAssertEqual(ended.wait(timeout: .now() + 60), .success, "operations still running")
-        XCTAssertEqual(all.filter { !$0.isFinished }.count, 0)
+        // `onFinish` runs before `isFinished` is announced: wait for each announcement too.
+        XCTAssertTrue(eventually { all.allSatisfy(\.isFinished) }, "an operation told its outcome but never finished")
         XCTAssertEqual(ends.withLock { $0.count }, all.count)
         XCTAssertEqual(ends.withLock { Set($0.values) }, [1], "an operation ended more than once")
         for operation in all {
@@ -120,6 +121,7 @@ final class NetworkAttackTests: NetworkTestCase, @unchecked Sendable {
         }
         XCTAssertEqual(ended.wait(timeout: .now() + 60), .success, "retries still running")
         let all = retries.withLock { $0 }
+        XCTAssertTrue(eventually { all.allSatisfy(\.isFinished) }, "a retry told its outcome but never finished")
         XCTAssertEqual(ends.withLock { Set($0.values) }, [1], "a retry ended more than once")
         for fetch in all {
             XCTAssertLessThanOrEqual(fetch.attemptCount, 2)
