@@ -16,7 +16,10 @@ let package = Package(
         .plugin(name: "BatonScaffold", targets: ["BatonScaffold"]),
     ],
     targets: [
-        .target(name: "Baton"),
+        // The atomic words that keep process-wide locks off per-operation paths (C11: Swift's
+        // `Atomic` needs macOS 15 / iOS 18).
+        .target(name: "CBatonAtomics"),
+        .target(name: "Baton", dependencies: ["CBatonAtomics"]),
         .target(name: "BatonNetwork", dependencies: ["Baton"]),
         // The cookbook crawler; `API` is the static cookbook it crawls, served by `python3 -m http.server`.
         .executableTarget(name: "baton-cookbook", dependencies: ["Baton", "BatonNetwork"], exclude: ["API", "make-api.py"]),

@@ -285,6 +285,49 @@ final class FlightRecorderTests: BatonTestCase {
         XCTAssertNil(FlightRecorder.global)
     }
 
+    /// The global recorder is read without a lock at creation: operations created on many threads
+    /// while another thread keeps changing it (to two kept recorders, to nil, and to recorders freed
+    /// at once) each record into at most one recorder, whole, and their serial numbers never repeat.
+    func testTheGlobalRecorderChangingWhileOperationsAreCreatedOnManyThreads() throws {
+        let kept = [FlightRecorder(), FlightRecorder()]
+        let creators = 4
+        let perCreator = 400
+        let made = Locked([ImmediateOperation]())
+        let creating = Locked(creators)
+        // The changer has a thread of its own: it stops only once every creator is done.
+        let changed = DispatchSemaphore(value: 0)
+        Thread {
+            var round = 0
+            while creating.value > 0 {
+                round += 1
+                switch round % 4 {
+                case 0, 1: FlightRecorder.global = kept[round % 2]
+                case 2: FlightRecorder.global = nil
+                default: FlightRecorder.global = FlightRecorder()   // freed by the next change
+                }
+            }
+            FlightRecorder.global = nil
+            changed.signal()
+        }.start()
+        DispatchQueue.concurrentPerform(iterations: creators) { thread in
+            var mine = [ImmediateOperation]()
+            for index in 0..<perCreator { mine.append(ImmediateOperation(.success(index), name: "\(thread)-\(index)")) }
+            made.mutate { $0 += mine }
+            creating.mutate { $0 -= 1 }
+        }
+        XCTAssertEqual(changed.wait(timeout: .now() + testTimeout), .success)
+        let operations = made.value
+        let queue = OperationQueue()
+        queue.addOperations(operations, waitUntilFinished: false)
+        XCTAssertTrue(eventually { operations.allSatisfy(\.isFinished) })
+        XCTAssertEqual(Set(operations.map(\.serialNumber)).count, creators * perCreator, "a serial number repeated")
+        let names = kept.flatMap { $0.records.map { $0.name ?? "?" } }
+        XCTAssertEqual(Set(names).count, names.count, "an operation recorded twice")
+        XCTAssertTrue(Set(names).isSubset(of: Set(operations.compactMap(\.name))))
+        XCTAssertTrue(kept.allSatisfy { $0.records.allSatisfy { $0.status == .succeeded } })
+        XCTAssertNil(FlightRecorder.global)
+    }
+
     func testAFoundationChildIsRecordedWithoutAStart() throws {
         let recorder = FlightRecorder()
         let block = BlockOperation {}

@@ -1,8 +1,13 @@
+import CBatonAtomics
 import Foundation
 
-/// What every new operation reads once, at creation, under one lock it already takes for its serial
-/// number: the global recorder, and whether any queue has one. With neither, an operation carries no
-/// recording and pays nothing more.
+/// What every new operation reads once, at creation, without taking a lock: a serial number from an
+/// atomic counter, and two published words, the global recorder's slot and whether any queue has a
+/// recorder. With neither, an operation carries no recording and pays nothing more.
+///
+/// The lock here serialises the writers (setting the global recorder, attaching and detaching
+/// queues) and guards the queue table, which only operations that start while some queue records
+/// read. No operation that records nothing takes it.
 enum RecordingRegistry {
     private struct QueueEntry {
         weak var queue: OperationQueue?
@@ -10,9 +15,32 @@ enum RecordingRegistry {
     }
 
     private struct Shared {
-        var lastSerial: UInt64 = 0
+        /// Keeps the global recorder alive: its published slot holds it weakly.
         var global: FlightRecorder?
         var queues: [ObjectIdentifier: QueueEntry] = [:]
+        /// The slot published for each recorder made global, retained and never released (see
+        /// `GlobalSlot`). A slot whose recorder was freed is replaced when its address is reused.
+        var slots: [ObjectIdentifier: Unmanaged<GlobalSlot>] = [:]
+
+        /// The published slot of `recorder`, made (and kept forever) the first time.
+        mutating func slot(of recorder: FlightRecorder) -> UnsafeMutableRawPointer {
+            let id = ObjectIdentifier(recorder)
+            if let slot = slots[id], slot.takeUnretainedValue().recorder === recorder { return slot.toOpaque() }
+            let slot = Unmanaged.passRetained(GlobalSlot(recorder))
+            slots[id] = slot
+            return slot.toOpaque()
+        }
+    }
+
+    /// Where the global recorder is published: a slot that holds it weakly and is never freed, so a
+    /// reader that loaded its address may always read it, however the global changes meanwhile. One
+    /// per recorder ever made global, a few dozen bytes for the life of the process.
+    private final class GlobalSlot: Sendable {
+        weak let recorder: FlightRecorder?
+
+        init(_ recorder: FlightRecorder) {
+            self.recorder = recorder
+        }
     }
 
     /// What an operation learns at creation.
@@ -26,21 +54,32 @@ enum RecordingRegistry {
     private static let shared = Mutex(Shared())
 
     static func creation() -> Creation {
-        shared.withLock { shared in
-            shared.lastSerial += 1
-            return Creation(serial: shared.lastSerial, global: shared.global, looksUpQueue: !shared.queues.isEmpty)
-        }
+        Creation(serial: baton_next_serial(), global: publishedGlobal, looksUpQueue: baton_queues_record())
+    }
+
+    /// The global recorder as published: one atomic load, then a weak load from a slot that is never
+    /// freed. A reader that raced a change sees the old recorder (if it still lives) or the new one,
+    /// as it would have under a lock taken just before or just after the change.
+    private static var publishedGlobal: FlightRecorder? {
+        guard let slot = baton_global_recorder_slot() else { return nil }
+        return Unmanaged<GlobalSlot>.fromOpaque(slot).takeUnretainedValue().recorder
     }
 
     static var global: FlightRecorder? {
-        get { shared.withLock { $0.global } }
-        set { shared.withLock { $0.global = newValue } }
+        get { publishedGlobal }
+        set {
+            shared.withLock { shared in
+                shared.global = newValue
+                baton_publish_global_recorder_slot(newValue.map { shared.slot(of: $0) })
+            }
+        }
     }
 
     static func attach(_ recorder: FlightRecorder, to queue: OperationQueue) {
         shared.withLock { shared in
             shared.queues = shared.queues.filter { $0.value.queue != nil }
             shared.queues[ObjectIdentifier(queue)] = QueueEntry(queue: queue, recorder: recorder)
+            baton_set_queues_record(true)
         }
     }
 
@@ -50,6 +89,7 @@ enum RecordingRegistry {
             if let entry = shared.queues[id], entry.queue == nil || entry.recorder === recorder {
                 shared.queues[id] = nil
             }
+            baton_set_queues_record(!shared.queues.isEmpty)
         }
     }
 
@@ -59,6 +99,7 @@ enum RecordingRegistry {
         shared.withLock { shared in
             if shared.queues.values.contains(where: { $0.queue == nil }) {
                 shared.queues = shared.queues.filter { $0.value.queue != nil }
+                baton_set_queues_record(!shared.queues.isEmpty)
             }
             guard let entry = shared.queues[ObjectIdentifier(queue)], entry.queue === queue else { return nil }
             return entry.recorder
@@ -67,10 +108,14 @@ enum RecordingRegistry {
 
     /// The recorder a chain added to `queue` records into: the queue's, or else the global one.
     static func recorder(forChainOn queue: OperationQueue) -> FlightRecorder? {
-        shared.withLock { shared in
-            if let entry = shared.queues[ObjectIdentifier(queue)], entry.queue === queue { return entry.recorder }
-            return shared.global
+        if baton_queues_record() {
+            let attached: FlightRecorder? = shared.withLock { shared in
+                guard let entry = shared.queues[ObjectIdentifier(queue)], entry.queue === queue else { return nil }
+                return entry.recorder
+            }
+            if let attached { return attached }
         }
+        return publishedGlobal
     }
 }
 

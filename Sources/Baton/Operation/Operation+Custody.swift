@@ -4,16 +4,23 @@ import Foundation
 /// its custody in its own state; Foundation's cannot, so they are listed here from their claim until
 /// they finish (or their owner gives them back). Entries hold the operation weakly: an entry whose
 /// operation was freed is stale, so a new object at the same address is never refused.
+///
+/// Striped by the operation's identity, as `CompletionInstalls` is: an operation's entry is decided
+/// under its stripe's lock alone, so claims of different operations rarely meet on one lock.
 enum ForeignCustody {
     private struct Entry {
         weak var operation: Operation?
     }
 
-    private static let held = Mutex([ObjectIdentifier: Entry]())
+    private static let stripes = (0..<32).map { _ in Mutex([ObjectIdentifier: Entry]()) }
+
+    private static func stripe(_ id: ObjectIdentifier) -> Mutex<[ObjectIdentifier: Entry]> {
+        stripes[Int(UInt(bitPattern: id.hashValue) % UInt(stripes.count))]
+    }
 
     static func claim(_ operation: Operation) -> Bool {
-        held.withLock { held in
-            let id = ObjectIdentifier(operation)
+        let id = ObjectIdentifier(operation)
+        return stripe(id).withLock { held in
             if let entry = held[id], entry.operation === operation { return false }
             held[id] = Entry(operation: operation)
             return true
@@ -21,8 +28,8 @@ enum ForeignCustody {
     }
 
     static func release(_ operation: Operation) {
-        held.withLock { held in
-            let id = ObjectIdentifier(operation)
+        let id = ObjectIdentifier(operation)
+        stripe(id).withLock { held in
             if let entry = held[id], entry.operation == nil || entry.operation === operation { held[id] = nil }
         }
     }
