@@ -39,7 +39,7 @@ struct Options {
                     usage: baton-bench [--n 1000,10000,100000] [--reps 3] [--csv] [--only WORKLOAD]
                                        [--raw-limit N] [--independent-limit N] [--million] [--demo-large-files N]
                       WORKLOAD is independent, chain, adapters, group, sequence, dsl, tree, wait, recording,
-                      exclusivity, network, memory or demo (network: 1,000 GETs and a 1 GiB download on
+                      exclusivity, network, contention, memory or demo (network: 1,000 GETs and a 1 GiB download on
                       loopback, against Tests/BatonNetworkTests/Server/server.py, which needs python3)
                       --raw-limit N          largest n for the quadratic raw Foundation chains (default 10000)
                       --independent-limit N  largest n for independent BlockOperation baselines (default 100000)
@@ -338,7 +338,7 @@ let workloads: [String: Workload] = [
     "baton-http-download-MiB": batonHTTPDownload(reportsProgress: false),
     "baton-http-download-progress-MiB": batonHTTPDownload(reportsProgress: true),
     "URLSession-http-download-MiB": urlSessionHTTPDownload,
-]
+].merging(contentionWorkloads()) { first, _ in first }
 
 // A child process runs one workload once and prints "seconds peak_mib": each measurement gets a
 // fresh heap, so the peak memory is that workload's own.
@@ -451,7 +451,7 @@ let comparisons = [
 ]
 
 if options.csv {
-    print("workload,n,baton_seconds,baseline,baseline_seconds,ratio,peak_rss_mib")
+    print("workload,n,baton_seconds,baseline,baseline_seconds,ratio,peak_rss_mib,operations")
 } else {
     print("median of \(options.repetitions); each run in its own process; peak = that process's VmHWM")
 }
@@ -482,7 +482,7 @@ do {
                 let row = Row(workload: comparison.workload, n: n, baton: baton, baseline: baseline.name, base: base)
                 if options.csv {
                     print(
-                        "\(row.workload),\(n),\(row.baton.seconds),\(row.baseline),\(row.base.seconds),\(row.ratio),\(row.baton.peak)"
+                        "\(row.workload),\(n),\(row.baton.seconds),\(row.baseline),\(row.base.seconds),\(row.ratio),\(row.baton.peak),\(n)"
                     )
                 } else {
                     let perOperation = row.baton.seconds / Double(n) * 1e6
@@ -491,6 +491,32 @@ do {
                             format: "%-11@ n=%-8d baton %8.4f s %6.2f µs/op %7.1f MiB | %-20@ %9.4f s %7.1f MiB | ratio %6.2f",
                             row.workload as NSString, n, row.baton.seconds, perOperation, row.baton.peak,
                             row.baseline as NSString, row.base.seconds, row.base.peak, row.ratio))
+                }
+            }
+        }
+    }
+
+    // Contention: per-operation cost against the number of threads creating operations (and running
+    // them on a queue each, on one shared queue, or not at all), Baton and BlockOperation side by
+    // side; n (the largest --n) operations in all, split between the threads.
+    if options.only == nil || options.only == "contention" {
+        let total = options.sizes.max() ?? 100_000
+        for mode in ContentionMode.allCases {
+            let workload = "contention-\(mode.rawValue)"
+            for threads in contentionThreads {
+                let baton = try measure(contentionName(baton: true, mode: mode, threads: threads), n: total)
+                let base = try measure(contentionName(baton: false, mode: mode, threads: threads), n: total)
+                let row = Row(workload: workload, n: threads, baton: baton, baseline: "BlockOperation", base: base)
+                if options.csv {
+                    print(
+                        "\(workload),\(threads),\(baton.seconds),BlockOperation,\(base.seconds),\(row.ratio),\(baton.peak),\(total)"
+                    )
+                } else {
+                    print(
+                        String(
+                            format: "%-17@ T=%-3d baton %7.3f µs/op | BlockOperation %7.3f µs/op | ratio %5.2f  (%d operations)",
+                            workload as NSString, threads, baton.seconds / Double(total) * 1e6,
+                            base.seconds / Double(total) * 1e6, row.ratio, total))
                 }
             }
         }
@@ -521,7 +547,7 @@ do {
         for row in rows {
             let run = try measure(row.workload, n: row.n)
             if options.csv {
-                print("memory:\(row.workload),\(row.n),\(run.seconds),empty-process,\(empty.seconds),,\(run.peak)")
+                print("memory:\(row.workload),\(row.n),\(run.seconds),empty-process,\(empty.seconds),,\(run.peak),\(row.n)")
             } else {
                 print(
                     String(
@@ -543,9 +569,9 @@ do {
         let label = "\(smallFiles) files of 1-4 KiB + \(options.demoLargeFiles) of 200 MB"
         if options.csv {
             print(
-                "demo,\(smallFiles + options.demoLargeFiles),\(whole.demo),cksum,\(whole.cksum),\(whole.demo / whole.cksum),\(whole.peak)"
+                "demo,\(smallFiles + options.demoLargeFiles),\(whole.demo),cksum,\(whole.cksum),\(whole.demo / whole.cksum),\(whole.peak),\(smallFiles + options.demoLargeFiles)"
             )
-            print("demo-tiny,\(smallFiles),\(tiny.demo),cksum,\(tiny.cksum),\(tiny.demo / tiny.cksum),\(tiny.peak)")
+            print("demo-tiny,\(smallFiles),\(tiny.demo),cksum,\(tiny.cksum),\(tiny.demo / tiny.cksum),\(tiny.peak),\(smallFiles)")
         } else {
             print(
                 String(
