@@ -30,7 +30,6 @@ LABELS = {
     "raw-chain-one-call": "dependent BlockOperations, one add",
     "raw-chain-one-by-one": "dependent BlockOperations, added one by one",
     "BlockOperation": "independent BlockOperations",
-    "baton-chain": "Baton chain",
 }
 COST_PANELS = [
     ("independent", "n independent operations"),

@@ -12,10 +12,7 @@ import FoundationNetworking
 final class NetworkAttackTests: NetworkTestCase, @unchecked Sendable {
     func testCancelsAndTimeoutsFromManyThreadsRacingResponsesEndEachOperationOnce() throws {
         let queue = OperationQueue()
-        let operations = Mutex([HTTPOperation<HTTPResponse>]())
-        let ends = Mutex([ObjectIdentifier: Int]())
-        // Left by each operation's onFinish: the gate the test waits on.
-        let ended = DispatchGroup()
+        let tally = EndTally<HTTPOperation<HTTPResponse>, HTTPResponse>()
         DispatchQueue.concurrentPerform(iterations: 8) { thread in
             for trial in 0..<40 {
                 let size = (thread * 40 + trial) * 131
@@ -25,23 +22,13 @@ final class NetworkAttackTests: NetworkTestCase, @unchecked Sendable {
                     : client.upload(server.request("/echo"), from: .data(Data(count: size)))
                 // Some time out at once, some are cancelled, some finish: all at about the same moment.
                 if trial % 5 == 0 { operation.timeout = .microseconds(trial * 20) }
-                let id = ObjectIdentifier(operation)
-                ended.enter()
-                operation.onFinish { _ in
-                    ends.withLock { $0[id, default: 0] += 1 }
-                    ended.leave()
-                }
-                operations.withLock { $0.append(operation) }
+                tally.watch(operation)
                 queue.addOperation(operation)
                 if trial % 3 == 1 { operation.cancel() }
             }
         }
-        let all = operations.withLock { $0 }
-        XCTAssertEqual(ended.wait(timeout: .now() + 60), .success, "operations still running")
-        // `onFinish` runs before `isFinished` is announced: wait for each announcement too.
-        XCTAssertTrue(eventually { all.allSatisfy(\.isFinished) }, "an operation told its outcome but never finished")
-        XCTAssertEqual(ends.withLock { $0.count }, all.count)
-        XCTAssertEqual(ends.withLock { Set($0.values) }, [1], "an operation ended more than once")
+        let all = tally.allEnded()
+        XCTAssertEqual(tally.endCounts, [1], "an operation ended more than once")
         for operation in all {
             switch operation.outcome {
             case .succeeded?, .cancelled?, .failed(BatonError.timedOut)?: break
@@ -98,31 +85,21 @@ final class NetworkAttackTests: NetworkTestCase, @unchecked Sendable {
         quick.initialDelay = .microseconds(100)
         quick.jitter = 0
         let policy = quick
-        let retries = Mutex([RetryOperation<HTTPResponse>]())
-        let ends = Mutex([ObjectIdentifier: Int]())
-        let ended = DispatchGroup()
+        let tally = EndTally<RetryOperation<HTTPResponse>, HTTPResponse>()
         let queue = OperationQueue()
         let base = key()
         DispatchQueue.concurrentPerform(iterations: 6) { thread in
             for trial in 0..<30 {
                 let fetch = client.fetch(
                     server.request("/status/503?times=1&then=200&key=\(base)-\(thread)-\(trial)"), policy: policy)
-                let id = ObjectIdentifier(fetch)
-                ended.enter()
-                fetch.onFinish { _ in
-                    ends.withLock { $0[id, default: 0] += 1 }
-                    ended.leave()
-                }
-                retries.withLock { $0.append(fetch) }
+                tally.watch(fetch)
                 queue.addOperation(fetch)
                 spin((thread * 30 + trial) % 11 * 30_000)
                 fetch.cancel()
             }
         }
-        XCTAssertEqual(ended.wait(timeout: .now() + 60), .success, "retries still running")
-        let all = retries.withLock { $0 }
-        XCTAssertTrue(eventually { all.allSatisfy(\.isFinished) }, "a retry told its outcome but never finished")
-        XCTAssertEqual(ends.withLock { Set($0.values) }, [1], "a retry ended more than once")
+        let all = tally.allEnded()
+        XCTAssertEqual(tally.endCounts, [1], "a retry ended more than once")
         for fetch in all {
             XCTAssertLessThanOrEqual(fetch.attemptCount, 2)
             switch fetch.outcome {
@@ -187,5 +164,37 @@ final class NetworkAttackTests: NetworkTestCase, @unchecked Sendable {
         for format in [FlightRecorder.ExportFormat.graphviz, .mermaid, .textTree] {
             XCTAssertFalse(recorder.export(format).isEmpty)
         }
+    }
+}
+
+/// Counts each watched operation's ends (from its `onFinish`) and waits, bounded, until every one has
+/// ended and announced `isFinished` (which `onFinish` precedes).
+final class EndTally<Watched: ResultOperation<Output>, Output>: Sendable {
+    private let state = Mutex((operations: [Watched](), ends: [ObjectIdentifier: Int]()))
+    private let ended = DispatchGroup()
+
+    func watch(_ operation: Watched) {
+        let id = ObjectIdentifier(operation)
+        ended.enter()
+        state.withLock { $0.operations.append(operation) }
+        operation.onFinish { [state, ended] _ in
+            state.withLock { $0.ends[id, default: 0] += 1 }
+            ended.leave()
+        }
+    }
+
+    /// The watched operations, in the order watched, once every one has ended and is finished (the test
+    /// fails when one has not within 60 s).
+    func allEnded() -> [Watched] {
+        XCTAssertEqual(ended.wait(timeout: .now() + 60), .success, "operations still running")
+        let all = state.withLock { $0.operations }
+        XCTAssertTrue(eventually { all.allSatisfy(\.isFinished) }, "an operation told its outcome but never finished")
+        XCTAssertEqual(state.withLock { $0.ends.count }, all.count, "an operation never ended")
+        return all
+    }
+
+    /// How many times operations ended: `[1]` when each ended exactly once.
+    var endCounts: Set<Int> {
+        state.withLock { Set($0.ends.values) }
     }
 }

@@ -16,7 +16,7 @@ extension Operation {
         // operation: two observers installed at once from two threads would otherwise both wrap the
         // same block, and one of them would never be called (measured: 3 in 5,000). Foundation's
         // getter and setter only take the operation's own lock and call nothing back.
-        let stripe = CompletionInstalls.stripe(for: self)
+        let stripe = CompletionInstalls.stripes.stripe(for: self)
         stripe.withLock { installs in
             installs += 1
             let previous = completionBlock
@@ -64,9 +64,5 @@ extension Operation {
 /// Baton's own operations.
 enum CompletionInstalls {
     /// Each counts the installs it made (a lock's state must not be empty: see `Mutex`).
-    private static let stripes = (0..<32).map { _ in Mutex(0) }
-
-    static func stripe(for operation: Operation) -> Mutex<Int> {
-        stripes[Int(UInt(bitPattern: ObjectIdentifier(operation).hashValue) % UInt(stripes.count))]
-    }
+    static let stripes = StripedMutex(0)
 }

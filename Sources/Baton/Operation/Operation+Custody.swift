@@ -5,22 +5,18 @@ import Foundation
 /// they finish (or their owner gives them back). Entries hold the operation weakly: an entry whose
 /// operation was freed is stale, so a new object at the same address is never refused.
 ///
-/// Striped by the operation's identity, as `CompletionInstalls` is: an operation's entry is decided
-/// under its stripe's lock alone, so claims of different operations rarely meet on one lock.
+/// Striped by the operation's identity (`StripedMutex`): an operation's entry is always decided under
+/// its one stripe's lock, and claims of different operations rarely meet on one lock.
 enum ForeignCustody {
     private struct Entry {
         weak var operation: Operation?
     }
 
-    private static let stripes = (0..<32).map { _ in Mutex([ObjectIdentifier: Entry]()) }
-
-    private static func stripe(_ id: ObjectIdentifier) -> Mutex<[ObjectIdentifier: Entry]> {
-        stripes[Int(UInt(bitPattern: id.hashValue) % UInt(stripes.count))]
-    }
+    private static let held = StripedMutex([ObjectIdentifier: Entry]())
 
     static func claim(_ operation: Operation) -> Bool {
         let id = ObjectIdentifier(operation)
-        return stripe(id).withLock { held in
+        return held.stripe(for: operation).withLock { held in
             if let entry = held[id], entry.operation === operation { return false }
             held[id] = Entry(operation: operation)
             return true
@@ -29,7 +25,7 @@ enum ForeignCustody {
 
     static func release(_ operation: Operation) {
         let id = ObjectIdentifier(operation)
-        stripe(id).withLock { held in
+        held.stripe(for: operation).withLock { held in
             if let entry = held[id], entry.operation == nil || entry.operation === operation { held[id] = nil }
         }
     }
