@@ -55,6 +55,32 @@ final class ContentionAttackTests: BatonTestCase {
         }
     }
 
+    /// Two chains handed the same `BlockOperation`, the second a moment after the first (spread over
+    /// the first one's run without sleeping). A chain gives a stage back once it has finished: exactly
+    /// one chain takes it, and none takes (and skips) an operation that already ran.
+    func testAFoundationOperationGivenBackByItsChainIsNeverTakenOnceItRan() throws {
+        let queue = OperationQueue()
+        for trial in 0..<2_000 {
+            let runs = Locked(0)
+            let block = BlockOperation { runs.mutate { $0 += 1 } }
+            let go = DispatchSemaphore(value: 0)
+            let takers = Locked(0)
+            let done = DispatchSemaphore(value: 0)
+            DispatchQueue.global().async {
+                go.wait()
+                spinRounds(trial % 50 * 200)
+                if (try? queue.addChain([block])) != nil { takers.mutate { $0 += 1 } }
+                done.signal()
+            }
+            go.signal()
+            if (try? queue.addChain([block])) != nil { takers.mutate { $0 += 1 } }
+            XCTAssertEqual(done.wait(timeout: .now() + testTimeout), .success)
+            XCTAssertEqual(takers.value, 1, "trial \(trial): taken by \(takers.value) chains")
+            XCTAssertTrue(eventually { block.isFinished }, "trial \(trial)")
+            XCTAssertEqual(runs.value, 1, "trial \(trial)")
+        }
+    }
+
     /// A recorder attached to and detached from a queue (and a second queue, so the "some queue
     /// records" flag flips too) while four threads add operations to it: each operation is recorded
     /// at most once, every record it made ends, and nothing is recorded after the last detach.
@@ -101,4 +127,11 @@ final class ContentionAttackTests: BatonTestCase {
         XCTAssertTrue(eventually { after.isFinished })
         XCTAssertFalse(recorder.records.contains { $0.name == "after" }, "recorded after the last detach")
     }
+}
+
+/// Spreads a thread's next step over another thread's work without sleeping.
+private func spinRounds(_ rounds: Int) {
+    var sum = 0
+    for value in 0..<rounds { sum &+= value }
+    if sum == -1 { print(sum) }
 }

@@ -51,6 +51,13 @@ extension Operation {
         if isFinished { throw .alreadyFinished(operation: reference) }
         if isExecuting { throw .alreadyExecuting(operation: reference) }
         guard ForeignCustody.claim(self) else { throw .alreadyEnqueued(operation: reference) }
+        // A chain gives a stage back once it has finished: one that ran and was given back between the
+        // checks above and the claim is finished now. Checked again while held, nobody can give it
+        // back meanwhile, so a finished or started operation is never taken.
+        if isFinished || isExecuting {
+            ForeignCustody.release(self)
+            throw isFinished ? .alreadyFinished(operation: reference) : .alreadyExecuting(operation: reference)
+        }
     }
 
     /// Gives back a claim that was never used (the rest of a chain failed validation, or a composite
