@@ -322,7 +322,7 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
     private func handOn(_ finished: Operation) {
         if let downstream = finishedAdapting(finished) { return adapted(by: finished, to: downstream) }
         let next: Operation
-        let succeeded = finished.observedOutcome.isSuccess
+        let succeeded = finished.observedSharedOutcome.isSuccess
         switch state.withLock({ $0.next(afterSuccess: succeeded) }) {
         case .end:
             return complete(last: finished)

@@ -256,8 +256,9 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
             steps.withLock { $0.progress.completed += 1 }
             // A recovering adapter is given failures and cancellations too: the sequence goes on to it.
             if !adapter.seesEveryOutcome {
-                switch finished.observedOutcome {
-                case .failed(let error): return stop(.failed(error))
+                let outcome = finished.observedSharedOutcome
+                switch outcome.kind {
+                case .failed: return stop(.failed(outcome.error!))
                 case .cancelled: return stop(.cancelled)
                 case .succeeded: break
                 }
@@ -274,7 +275,7 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
         if taken.stopped { return }
         var next = taken.step
         var refusal: BatonError?
-        if next == nil, case .generator(let makeNext) = source, let finished, finished.observedOutcome.isSuccess,
+        if next == nil, case .generator(let makeNext) = source, let finished, finished.observedSharedOutcome.isSuccess,
             let made = makeNext(finished)
         {
             do {

@@ -305,7 +305,7 @@ extension AsyncOperation {
             guard action != .none else { return .none }
             gate.evaluation = nil
             switch refusal {
-            case .failed?: _ = state.life.finish(refusal!, carriesResult: true)
+            case .failed(let error)?: _ = state.life.finish(.failed(error), carriesResult: true)
             case .cancelled?: _ = state.life.cancel()
             case .succeeded?, nil: break
             }

@@ -358,4 +358,13 @@ extension FlightRecord.Status {
         case .cancelled: self = .cancelled
         }
     }
+
+    /// The status a shared outcome ends in, read without copying its output.
+    init(_ outcome: SharedOutcome) {
+        switch outcome.kind {
+        case .succeeded: self = .succeeded
+        case .failed: self = .failed(String(describing: outcome.error!))
+        case .cancelled: self = .cancelled
+        }
+    }
 }

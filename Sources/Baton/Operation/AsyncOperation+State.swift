@@ -3,7 +3,7 @@ import Foundation
 
 extension AsyncOperation {
     /// The operation's lifecycle machine, with Baton's outcome type.
-    typealias Life = Lifecycle<Outcome<(any Sendable)?>>
+    typealias Life = Lifecycle<SharedOutcome>
 
     /// One KVO notification, as recorded by the test seam.
     enum Notification: Sendable, Hashable {
@@ -57,7 +57,7 @@ extension AsyncOperation {
 
     /// What a decided outcome must tell, once the lock is released.
     struct Telling {
-        let outcome: Outcome<(any Sendable)?>
+        let outcome: SharedOutcome
         /// Whether `execute()` was entered: a composite that never executed retires the children it
         /// never launched before it finishes.
         let executed: Bool
@@ -94,14 +94,15 @@ extension AsyncOperation {
         withExtendedLifetime(self) {
             if telling.delegate != nil || !telling.observers.isEmpty {
                 Callouts.during(self) {
+                    let outcome = telling.outcome.value
                     if let delegate = telling.delegate {
-                        switch telling.outcome {
+                        switch outcome {
                         case .succeeded(let output): delegate.operation(self, didSucceedWith: output)
                         case .failed(let error): delegate.operation(self, didFailWith: error)
                         case .cancelled: delegate.operationDidCancel(self)
                         }
                     }
-                    for observer in telling.observers { observer(telling.outcome) }
+                    for observer in telling.observers { observer(outcome) }
                 }
             }
             if telling.dropsUnfinishedDependencies { dropUnfinishedDependencies() }
@@ -112,7 +113,7 @@ extension AsyncOperation {
 
     /// Feeds `outcomeDelivered`: stores `finished`, announces it, runs the finished hooks and resumes
     /// the waits.
-    private func commitFinish(_ outcome: Outcome<(any Sendable)?>) {
+    private func commitFinish(_ outcome: SharedOutcome) {
         struct Commit {
             var action: Life.CommitAction
             var hooks: [@Sendable () -> Void]
@@ -193,7 +194,7 @@ extension AsyncOperation {
 
     /// Feeds `finish`: before `execute()` is entered the outcome is remembered, while executing it
     /// ends the operation (cancellation wins), afterwards it is reported and ignored.
-    func requestFinish(_ requested: Outcome<(any Sendable)?>, carriesResult: Bool) {
+    func requestFinish(_ requested: SharedOutcome, carriesResult: Bool) {
         let (action, telling) = apply({ $0.finish(requested, carriesResult: carriesResult) }) { action in
             if case .finish = action { return true }
             return false
@@ -210,15 +211,16 @@ extension AsyncOperation {
     }
 
     /// What `start()` finds when it checks the dependencies, computed outside the lock.
-    func dependencyVerdict(_ policy: DependencyPolicy) -> Outcome<(any Sendable)?>? {
+    func dependencyVerdict(_ policy: DependencyPolicy) -> SharedOutcome? {
         guard policy != .runRegardless else { return nil }
         var sawCancellation = false
         for dependency in dependencies {
             if let baton = dependency as? AsyncOperation {
-                switch baton.core.withLock({ $0.life.finished }) {
-                case .failed(let error)? where policy == .skipOnFailureOrCancellation:
-                    return .failed(BatonError.dependencyFailed(dependency: baton.reference, underlying: error))
-                case .cancelled?:
+                guard let finished = baton.core.withLock({ $0.life.finished }) else { continue }
+                switch finished.kind {
+                case .failed where policy == .skipOnFailureOrCancellation:
+                    return .failed(BatonError.dependencyFailed(dependency: baton.reference, underlying: finished.error!))
+                case .cancelled:
                     sawCancellation = true
                 default:
                     break
@@ -243,6 +245,11 @@ extension AsyncOperation {
     /// The outcome including the output as stored (`nil` output for operations without one), once
     /// `isFinished` is announced.
     var storedOutcome: Outcome<(any Sendable)?>? {
+        core.withLock { $0.life.finished }?.value
+    }
+
+    /// The outcome as stored, shared, once `isFinished` is announced.
+    var sharedOutcome: SharedOutcome? {
         core.withLock { $0.life.finished }
     }
 

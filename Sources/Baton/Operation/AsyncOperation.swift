@@ -101,12 +101,12 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     /// Finishes a composite with what its children produced. Cancellation wins, as for `finish`, but a
     /// result that cancellation makes moot is not reported: the composite did nothing wrong.
     func conclude(_ outcome: Outcome<(any Sendable)?>) {
-        requestFinish(outcome, carriesResult: false)
+        requestFinish(.of(outcome), carriesResult: false)
     }
 
     /// The outcome of `finish()` without an output; a typed operation overrides it.
-    func plainFinishOutcome() -> Outcome<(any Sendable)?> {
-        .succeeded(nil)
+    func plainFinishOutcome() -> SharedOutcome {
+        .succeededWithoutOutput
     }
 
     /// An error that fails the operation at start, read under the lock (argument and input checks).
@@ -173,7 +173,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             case admit(Admission.Action)
         }
         let decision: Decision = core.withLock { state in
-            let skip = verdict ?? preflightFailure(state).map { .failed($0) }
+            let skip = verdict ?? preflightFailure(state).map { SharedOutcome.failed($0) }
             var facts = Life.StartFacts(caller: caller, skip: skip, ready: ready)
             facts.admitted = state.gate?.admission.isPassed ?? true
             switch state.life.start(facts) {
@@ -419,7 +419,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     private func arm(_ token: UInt64, after duration: Duration) {
         DispatchQueue.global().asyncAfter(deadline: duration.deadlineFromNow) { [weak self] in
             guard let self else { return }
-            let expiry = Outcome<(any Sendable)?>.failed(BatonError.timedOut(operation: self.reference, after: duration))
+            let expiry = SharedOutcome.failed(BatonError.timedOut(operation: self.reference, after: duration))
             let (action, telling) = self.apply({ $0.timerFired(token: token, expiry: expiry) }) {
                 $0 == .timedOut(.finish)
             }
@@ -470,12 +470,12 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     }
 
     func addOutcomeObserver(_ observer: @escaping @Sendable (Outcome<(any Sendable)?>) -> Void) {
-        let decided: Outcome<(any Sendable)?>? = core.withLock { state in
+        let decided: SharedOutcome? = core.withLock { state in
             if let outcome = state.life.decided { return outcome }
             state.outcomeObservers.append(observer)
             return nil
         }
-        if let decided { observer(decided) }
+        if let decided { observer(decided.value) }
     }
 
     // MARK: - Reruns

@@ -52,10 +52,15 @@ extension Operation {
     /// The outcome as a chain or a composite sees it: a Baton operation's own, or for a Foundation
     /// operation cancelled or succeeded (without an output).
     var observedOutcome: Outcome<(any Sendable)?> {
+        observedSharedOutcome.value
+    }
+
+    /// ``observedOutcome``, shared: what a caller reads when it needs only the case or the error.
+    var observedSharedOutcome: SharedOutcome {
         if let baton = self as? AsyncOperation {
-            return baton.storedOutcome ?? .cancelled
+            return baton.sharedOutcome ?? .cancelled
         }
-        return isCancelled ? .cancelled : .succeeded(nil)
+        return isCancelled ? .cancelled : .succeededWithoutOutput
     }
 }
 

@@ -143,9 +143,8 @@ extension AsyncOperation {
 
     /// Decides, under the lock, whether the operation goes to the queue (which alone may then start
     /// it) or is started here.
-    func beginLaunch(on queue: OperationQueue) -> Life.LaunchAction {
-        let key = Life.QueueKey(queue: ObjectIdentifier(queue), onMainThread: queue.runsOnMainThread)
-        return core.withLock { state in
+    func beginLaunch(on queue: OperationQueue, key: Life.QueueKey) -> Life.LaunchAction {
+        core.withLock { state in
             let action = state.life.launch(on: key)
             if action == .enqueue { state.launchQueue = queue }
             return action
@@ -164,9 +163,11 @@ extension OperationQueue {
     func launch(_ operations: [Operation]) {
         var enqueued = [Operation]()
         enqueued.reserveCapacity(operations.count)
+        // Read once for the batch: whether the queue runs on the main thread reads its dispatch queue.
+        let key = AsyncOperation.Life.QueueKey(queue: ObjectIdentifier(self), onMainThread: runsOnMainThread)
         for operation in operations {
             if let baton = operation as? AsyncOperation {
-                switch baton.beginLaunch(on: self) {
+                switch baton.beginLaunch(on: self, key: key) {
                 // An operation with a gate passes it first, outside the queue, when it can.
                 case .enqueue: if baton.admitForLaunch(on: self) { enqueued.append(baton) }
                 // A plain call: the start of a cancelled operation only retires and finishes, and what

@@ -62,7 +62,7 @@ open class ResultOperation<Output: Sendable>: AsyncOperation, @unchecked Sendabl
         addOutcomeObserver { observer(self.typed($0)) }
     }
 
-    override func plainFinishOutcome() -> Outcome<(any Sendable)?> {
+    override func plainFinishOutcome() -> SharedOutcome {
         if let void = () as? Output { return .succeeded(void) }
         return .failed(BatonError.missingOutput(operation: reference))
     }
