@@ -51,6 +51,7 @@ public class HTTPOperation<Output: Sendable>: TransformOperation<URLRequest, Out
         self.client = client
         self.malformed = malformed
         if let request { super.init(input: request) } else { super.init() }
+        markDerivingClaimsFromInput()
         if let request { claimHost(of: request) }
     }
 

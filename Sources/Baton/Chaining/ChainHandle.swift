@@ -358,7 +358,7 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
             try adapterOperation.claim()
         } catch {
             recordFailure(error)
-            _ = Handoff.apply(.fail(error), to: downstream, after: upstream.observedOutcome)
+            _ = Handoff.apply(.fail(error), to: downstream, after: upstream.observedSharedOutcome)
             return enqueue(downstream)
         }
         adapterOperation.connect(upstream: upstream, downstream: downstream)
@@ -385,7 +385,7 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
     /// An adapter operation finished: its decision is carried out and `downstream` is enqueued.
     private func adapted(by finished: Operation, to downstream: Operation) {
         guard let adapterOperation = finished as? AdapterOperation else { return enqueue(downstream) }
-        let upstreamOutcome = adapterOperation.upstream?.observedOutcome ?? .cancelled
+        let upstreamOutcome = adapterOperation.upstream?.observedSharedOutcome ?? .cancelled
         let error = Handoff.apply(adapterOperation.chainDecision, to: downstream, after: upstreamOutcome)
         adapterOperation.disconnect()
         if let error { recordFailure(error) }

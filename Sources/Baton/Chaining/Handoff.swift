@@ -8,7 +8,8 @@ enum Handoff {
     /// - Returns: The error that ends the flow here (the upstream's, or the adapter's), if any.
     @discardableResult
     static func pass(from upstream: Operation, to downstream: Operation, adapter: ChainAdapter) -> (any Error)? {
-        let outcome = upstream.observedOutcome
+        // Shared: only a success's output is copied out, and only to be given on.
+        let outcome = upstream.observedSharedOutcome
         switch adapter.kind {
         case .forward:
             return forward(outcome, to: downstream)
@@ -27,7 +28,7 @@ enum Handoff {
             return forward(outcome, to: downstream)
         case .deciding(let decide):
             do {
-                let decision = try decide(upstream, outcome.map { $0 ?? () }, downstream)
+                let decision = try decide(upstream, outcome.value.map { $0 ?? () }, downstream)
                 return apply(decision, to: downstream, after: outcome)
             } catch {
                 fail(downstream, with: error)
@@ -38,24 +39,25 @@ enum Handoff {
 
     /// Does what an adapter decided.
     static func apply(
-        _ decision: ChainAdapter.Decision, to downstream: Operation, after outcome: Outcome<(any Sendable)?>
+        _ decision: ChainAdapter.Decision, to downstream: Operation, after outcome: SharedOutcome
     ) -> (any Error)? {
         switch decision {
         case .forward:
             return forward(outcome, to: downstream)
         case .recover(let input):
-            guard let receiver = downstream as? InputAccepting else {
+            switch (downstream as? AsyncOperation)?.offerInput(input) ?? .takesNone {
+            case .takesNone:
                 let error = BatonError.invalidArgument(
                     operation: downstream.reference,
                     reason: "an adapter recovered with \(input), but the operation takes no input")
                 fail(downstream, with: error)
                 return error
-            }
-            if let mismatch = receiver.acceptInput(input) {
+            case .mismatch(let mismatch):
                 fail(downstream, with: mismatch)
                 return mismatch
+            case .taken:
+                return nil
             }
-            return nil
         case .run:
             return nil
         case .fail(let error):
@@ -68,20 +70,21 @@ enum Handoff {
     }
 
     /// The default hand-on: cancellation, failure, or the output into the input.
-    private static func forward(_ outcome: Outcome<(any Sendable)?>, to downstream: Operation) -> (any Error)? {
-        switch outcome {
+    private static func forward(_ outcome: SharedOutcome, to downstream: Operation) -> (any Error)? {
+        switch outcome.kind {
         case .cancelled:
             downstream.cancelHeld()
             return nil
-        case .failed(let error):
+        case .failed:
+            let error = outcome.error!
             if let baton = downstream as? AsyncOperation, baton.dependencyPolicy == .runRegardless {
                 baton.setUpstreamError(error)
             } else {
                 fail(downstream, with: error)
             }
             return error
-        case .succeeded(let value):
-            guard let value else { return nil }
+        case .succeeded:
+            guard case .succeeded(let value?) = outcome.value else { return nil }
             return give(value, to: downstream)
         }
     }
@@ -91,9 +94,7 @@ enum Handoff {
     /// - Returns: The mismatch that failed `downstream`, if any.
     @discardableResult
     static func give(_ value: any Sendable, to downstream: Operation) -> BatonError? {
-        guard let receiver = downstream as? InputAccepting, let mismatch = receiver.acceptInput(value) else {
-            return nil
-        }
+        guard case .mismatch(let mismatch)? = (downstream as? AsyncOperation)?.offerInput(value) else { return nil }
         fail(downstream, with: mismatch)
         return mismatch
     }

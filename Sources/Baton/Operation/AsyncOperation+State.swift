@@ -22,6 +22,8 @@ extension AsyncOperation {
         var timeout: Duration?
         var upstreamError: (any Error)?
         var input: (any Sendable)?
+        /// It conforms to `InputDerivedClaims`, and is told of each input stored.
+        var derivesClaimsFromInput = false
         /// Started while a dependency was unfinished: its edges are dropped when it finishes.
         var startedWhileNotReady = false
         /// The queue a Baton entry point launched it on: a rerun hops to that queue's dispatch queue.

@@ -123,6 +123,14 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     /// never launched, which are retired and finish before the operation does.
     func takeUnlaunchedChildren() -> [Operation] { [] }
 
+    /// Gives `value` to the operation as its input: `nil` when it takes it, the mismatch when it takes
+    /// another type, ``InputOffer/takesNone`` for an operation without an input (this default). A
+    /// method, not a protocol the caller casts to: the conformance check cost a chain step about 300
+    /// instructions (callgrind).
+    func offerInput(_ value: any Sendable) -> InputOffer {
+        .takesNone
+    }
+
     /// An operation that a `cancel()` of this one is passed to instead (chain adapters).
     var cancellationTarget: Operation? {
         nil

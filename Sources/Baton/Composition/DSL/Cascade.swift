@@ -47,14 +47,12 @@ public final class Cascade<Input: Sendable, Output: Sendable>: SequenceOperation
         set { storeInput(newValue) }
     }
 
+    override func offerInput(_ value: any Sendable) -> InputOffer {
+        // A cascade whose first step takes nothing ignores what it is given, as that step would.
+        Input.self == NoInput.self ? .taken : InputOffer(acceptInput(value, as: Input.self))
+    }
+
     override func feed(firstStep: Operation) {
         if Input.self != NoInput.self, let input { Handoff.give(input, to: firstStep) }
-    }
-}
-
-extension Cascade: InputAccepting {
-    func acceptInput(_ value: any Sendable) -> BatonError? {
-        // A cascade whose first step takes nothing ignores what it is given, as that step would.
-        Input.self == NoInput.self ? nil : acceptInput(value, as: Input.self)
     }
 }

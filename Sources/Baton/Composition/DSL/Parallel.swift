@@ -90,6 +90,11 @@ public final class Parallel<Input: Sendable, Output: Sendable>: ResultOperation<
         super.preflightFailure(state) ?? group.configurationError(of: self)
     }
 
+    override func offerInput(_ value: any Sendable) -> InputOffer {
+        // A group whose children take nothing ignores what it is given, as they would.
+        Input.self == NoInput.self ? .taken : InputOffer(acceptInput(value, as: Input.self))
+    }
+
     /// The output made from the children's outcomes, in order, or the error that says why it cannot be
     /// made.
     private func assembled(from outcomes: [ChildOutcomes.Entry?]) -> Outcome<(any Sendable)?> {
@@ -98,13 +103,6 @@ public final class Parallel<Input: Sendable, Output: Sendable>: ResultOperation<
         } catch {
             return .failed(error)
         }
-    }
-}
-
-extension Parallel: InputAccepting {
-    func acceptInput(_ value: any Sendable) -> BatonError? {
-        // A group whose children take nothing ignores what it is given, as they would.
-        Input.self == NoInput.self ? nil : acceptInput(value, as: Input.self)
     }
 }
 
