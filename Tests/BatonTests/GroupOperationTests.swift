@@ -106,6 +106,66 @@ final class GroupOperationTests: BatonTestCase {
         XCTAssertThrowsError(try GroupOperation().addChild(finished(JitterOperation(1))))
     }
 
+    /// The group finds a duplicate by its refused claim, then by position: a child added again while it
+    /// waits in the running group, while it executes, and after it finished is refused each time with
+    /// the error for that stage, and the group runs it once.
+    func testAChildAddedAgainAtEachStageOfItsLifeIsRefusedByName() throws {
+        let started = Gate()
+        let release = Gate()
+        let executions = Locked(0)
+        let holder = AsyncBlockOperation { operation in
+            started.open()
+            release.wait()
+            operation.finish()
+        }
+        let running = AsyncBlockOperation { operation in
+            executions.increment()
+            operation.finish()
+        }
+        running.name = "again"
+        let waiting = BlockOperation {}
+        waiting.name = "waiting"
+        waiting.addDependency(holder)
+        let group = GroupOperation(operations: [holder], maxConcurrentOperationCount: 2)
+        let queue = OperationQueue()
+        queue.addOperation(group)
+        XCTAssertTrue(started.wait())
+        try group.addChild(waiting)
+        XCTAssertThrowsError(try group.addChild(waiting)) { error in
+            guard case BatonError.duplicateOperation("waiting") = error else { return XCTFail("unexpected \(error)") }
+        }
+        XCTAssertThrowsError(try group.addChild(holder)) { error in
+            guard case BatonError.duplicateOperation = error else { return XCTFail("unexpected \(error)") }
+        }
+        try group.addChild(running)
+        // Finished and let go by the group (until then it is still the group's, and a duplicate).
+        XCTAssertTrue(eventually { running.isFinished && !group.children.contains(running) })
+        XCTAssertThrowsError(try group.addChild(running)) { error in
+            guard case BatonError.alreadyFinished = error else { return XCTFail("unexpected \(error)") }
+        }
+        release.open()
+        XCTAssertTrue(eventually { group.isFinished })
+        XCTAssertTrue(group.outcome?.isSuccess == true)
+        XCTAssertEqual(executions.value, 1)
+        XCTAssertTrue(waiting.isFinished)
+    }
+
+    /// Outcomes without a payload are shared, and a shared outcome gives back the outcome it was made
+    /// from, case and payload.
+    func testASharedOutcomeKeepsItsCaseAndPayload() {
+        XCTAssertTrue(SharedOutcome.succeeded(nil) === SharedOutcome.succeededWithoutOutput)
+        XCTAssertTrue(SharedOutcome.of(.cancelled) === SharedOutcome.cancelled)
+        let success = SharedOutcome.of(.succeeded(42))
+        XCTAssertEqual(success.kind, .succeeded)
+        XCTAssertEqual((success.value.output ?? nil) as? Int, 42)
+        XCTAssertNil(success.error)
+        let failure = SharedOutcome.failed(BatonError.missingInput(operation: AsyncBlockOperation { $0.finish() }.reference))
+        XCTAssertEqual(failure.kind, .failed)
+        guard case BatonError.missingInput? = failure.error else { return XCTFail("lost the error") }
+        XCTAssertFalse(failure.isCancelled)
+        XCTAssertTrue(SharedOutcome.cancelled.isCancelled)
+    }
+
     func testMaximumConcurrencyIsRespected() {
         let running = Locked(0)
         let highest = Locked(0)
