@@ -51,7 +51,11 @@ public class HTTPOperation<Output: Sendable>: TransformOperation<URLRequest, Out
         self.client = client
         self.malformed = malformed
         if let request { super.init(input: request) } else { super.init() }
-        markDerivingClaimsFromInput()
+        // The observer runs inside `storeInput` on this operation, so it never outlives it: unowned,
+        // not weak (a weak reference would give every operation a side table).
+        observeStoredInputs { [unowned self] input in
+            if let request = input as? URLRequest { self.claimHost(of: request) }
+        }
         if let request { claimHost(of: request) }
     }
 
@@ -254,12 +258,6 @@ protocol RequestSending: AnyObject {
 
 extension HTTPOperation: RequestSending {
     var sentMethod: String? { input.map { $0.httpMethod ?? "GET" } }
-}
-
-extension HTTPOperation: InputDerivedClaims {
-    package func inputWasStored(_ input: any Sendable) {
-        if let request = input as? URLRequest { claimHost(of: request) }
-    }
 }
 
 /// Sends a request and produces the whole body and the response.

@@ -89,22 +89,17 @@ final class ContentionAttackTests: BatonTestCase {
         let other = OperationQueue()
         let recorder = FlightRecorder()
         let adding = Locked(4)
-        let stopped = DispatchSemaphore(value: 0)
-        Thread {
-            var round = 0
-            while adding.value > 0 {
-                round += 1
-                switch round % 4 {
-                case 0: recorder.attach(to: queue)
-                case 1: recorder.attach(to: other)
-                case 2: recorder.detach(from: queue)
-                default: recorder.detach(from: other)
-                }
+        let stopped = keepChanging(while: adding) { round in
+            switch round % 4 {
+            case 0: recorder.attach(to: queue)
+            case 1: recorder.attach(to: other)
+            case 2: recorder.detach(from: queue)
+            default: recorder.detach(from: other)
             }
+        } finally: {
             recorder.detach(from: queue)
             recorder.detach(from: other)
-            stopped.signal()
-        }.start()
+        }
         let made = Locked([ImmediateOperation]())
         DispatchQueue.concurrentPerform(iterations: 4) { thread in
             var mine = [ImmediateOperation]()

@@ -294,21 +294,16 @@ final class FlightRecorderTests: BatonTestCase {
         let perCreator = 400
         let made = Locked([ImmediateOperation]())
         let creating = Locked(creators)
-        // The changer has a thread of its own: it stops only once every creator is done.
-        let changed = DispatchSemaphore(value: 0)
-        Thread {
-            var round = 0
-            while creating.value > 0 {
-                round += 1
-                switch round % 4 {
-                case 0, 1: FlightRecorder.global = kept[round % 2]
-                case 2: FlightRecorder.global = nil
-                default: FlightRecorder.global = FlightRecorder()   // freed by the next change
-                }
+        // The changer stops only once every creator is done.
+        let changed = keepChanging(while: creating) { round in
+            switch round % 4 {
+            case 0, 1: FlightRecorder.global = kept[round % 2]
+            case 2: FlightRecorder.global = nil
+            default: FlightRecorder.global = FlightRecorder()   // freed by the next change
             }
+        } finally: {
             FlightRecorder.global = nil
-            changed.signal()
-        }.start()
+        }
         DispatchQueue.concurrentPerform(iterations: creators) { thread in
             var mine = [ImmediateOperation]()
             for index in 0..<perCreator { mine.append(ImmediateOperation(.success(index), name: "\(thread)-\(index)")) }

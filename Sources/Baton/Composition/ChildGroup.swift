@@ -38,7 +38,6 @@ final class ChildGroup: @unchecked Sendable {
         var unlaunched: [(index: Int, operation: Operation)] = []
         /// Every child, in order, when the group keeps finished children.
         var kept: [Operation] = []
-        var added = 0
         var isStarted = false
         var isClosed = false
         /// Cancelled: every child launched from now on is cancelled first, and suspension is over.
@@ -133,9 +132,8 @@ final class ChildGroup: @unchecked Sendable {
         }
         let decided: Verdict = state.withLock { state in
             if state.isClosed { return .closed }
-            let index = state.added
+            let index = state.live.count
             state.live.append(child)
-            state.added += 1
             if keepsFinishedChildren { state.kept.append(child) }
             state.progress.total += 1
             guard state.isStarted else {

@@ -20,23 +20,14 @@ extension AsyncOperation {
     /// Registers `resume` to run once the operation has finished.
     func registerWait(_ resume: @escaping @Sendable () -> Void) -> WaitTicket {
         let selfBlocking = Callouts.areRunning(for: self)
-        enum Registration {
-            case ticket(WaitTicket)
-            case finished(SharedOutcome)
-        }
-        // The outcome is copied out after the lock is released.
-        let registration: Registration = core.withLock { state in
+        return core.withLock { state in
             switch state.life.registerWait(selfBlocking: selfBlocking) {
-            case .finished: return .finished(state.life.finished!)
-            case .refused: return .ticket(.refused)
+            case .finished: return .finished(state.life.finished!.value)
+            case .refused: return .refused
             case .registered(let token):
                 state.waits.append(resume, token: token)
-                return .ticket(.waiting(token))
+                return .waiting(token)
             }
-        }
-        switch registration {
-        case .ticket(let ticket): return ticket
-        case .finished(let outcome): return .finished(outcome.value)
         }
     }
 

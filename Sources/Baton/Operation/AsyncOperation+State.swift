@@ -22,8 +22,9 @@ extension AsyncOperation {
         var timeout: Duration?
         var upstreamError: (any Error)?
         var input: (any Sendable)?
-        /// It conforms to `InputDerivedClaims`, and is told of each input stored.
-        var derivesClaimsFromInput = false
+        /// Told of each input stored while pending (`observeStoredInputs`); one field, not a protocol
+        /// the operation is cast to on every stored input (about 300 instructions, callgrind).
+        var inputObserver: (@Sendable (any Sendable) -> Void)?
         /// Started while a dependency was unfinished: its edges are dropped when it finishes.
         var startedWhileNotReady = false
         /// The queue a Baton entry point launched it on: a rerun hops to that queue's dispatch queue.
@@ -218,7 +219,7 @@ extension AsyncOperation {
         var sawCancellation = false
         for dependency in dependencies {
             if let baton = dependency as? AsyncOperation {
-                guard let finished = baton.core.withLock({ $0.life.finished }) else { continue }
+                guard let finished = baton.sharedOutcome else { continue }
                 switch finished.kind {
                 case .failed where policy == .skipOnFailureOrCancellation:
                     return .failed(BatonError.dependencyFailed(dependency: baton.reference, underlying: finished.error!))
@@ -247,7 +248,7 @@ extension AsyncOperation {
     /// The outcome including the output as stored (`nil` output for operations without one), once
     /// `isFinished` is announced.
     var storedOutcome: Outcome<(any Sendable)?>? {
-        core.withLock { $0.life.finished }?.value
+        sharedOutcome?.value
     }
 
     /// The outcome as stored, shared, once `isFinished` is announced.

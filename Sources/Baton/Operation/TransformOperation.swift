@@ -73,23 +73,23 @@ extension AsyncOperation {
 
     /// Stores the input while the operation is pending; a value given later is ignored and reported.
     func storeInput(_ value: (any Sendable)?) {
-        let (accepted, derivesClaims) = core.withLock { state -> (Bool, Bool) in
-            guard state.life.isPending else { return (false, false) }
+        typealias Stored = (accepted: Bool, observer: (@Sendable (any Sendable) -> Void)?)
+        let stored: Stored = core.withLock { state in
+            guard state.life.isPending else { return (false, nil) }
             state.input = value
-            return (true, state.derivesClaimsFromInput)
+            return (true, state.inputObserver)
         }
-        if !accepted { return Diagnostics.report(.inputAfterStart, self) }
-        // A flag the operation set once, not a cast to the protocol for every stored input (which cost
-        // about 300 instructions, callgrind).
-        if let value, derivesClaims, let claimant = self as? any InputDerivedClaims {
-            claimant.inputWasStored(value)
-        }
+        if !stored.accepted { return Diagnostics.report(.inputAfterStart, self) }
+        if let value, let observer = stored.observer { observer(value) }
     }
 
-    /// Marks the operation as one whose categories follow from its input (``InputDerivedClaims``):
-    /// called once, in its `init`.
-    package func markDerivingClaimsFromInput() {
-        core.withLock { $0.derivesClaimsFromInput = true }
+    /// Has `observer` told of each input stored while the operation is pending (outside its lock),
+    /// which is before its gate can begin: for an operation whose categories follow from its input (a
+    /// network request claims its host), so that what it claims then is claimed like anything added
+    /// before it started. Set once, in the operation's `init`. `package`: for BatonNetwork's
+    /// operations, whose request may arrive through a chain.
+    package func observeStoredInputs(_ observer: @escaping @Sendable (any Sendable) -> Void) {
+        core.withLock { $0.inputObserver = observer }
     }
 
     /// Stores `value` as the input when it is an `Input`, or returns the error that says why it does
@@ -105,14 +105,4 @@ extension AsyncOperation {
         storeInput(typed)
         return nil
     }
-}
-
-/// An operation whose categories follow from its input (a network request claims its host): told of
-/// each input stored while it is pending, which is before its gate can begin, so what it claims then
-/// is claimed like anything added before it started. `package`: for BatonNetwork's operations, whose
-/// request may arrive through a chain. A conforming operation calls
-/// ``AsyncOperation/markDerivingClaimsFromInput()`` in its `init`: only then is it told.
-package protocol InputDerivedClaims: AnyObject {
-    /// Called after `input` was stored, outside the operation's lock.
-    func inputWasStored(_ input: any Sendable)
 }

@@ -38,6 +38,26 @@ final class Gate: Sendable {
     }
 }
 
+/// Runs `change(round)` for rounds 1, 2, 3, … on a thread of its own, for as long as `workers` is
+/// above zero (each worker takes 1 off when it is done), then `finally`. Returns what is signalled once
+/// it has stopped: wait on it, bounded, before checking what the workers saw.
+func keepChanging(
+    while workers: Locked<Int>, _ change: @escaping @Sendable (Int) -> Void,
+    finally: @escaping @Sendable () -> Void = {}
+) -> DispatchSemaphore {
+    let stopped = DispatchSemaphore(value: 0)
+    Thread {
+        var round = 0
+        while workers.value > 0 {
+            round += 1
+            change(round)
+        }
+        finally()
+        stopped.signal()
+    }.start()
+    return stopped
+}
+
 /// A thread-safe value for tests.
 final class Locked<Value>: @unchecked Sendable {
     private let mutex: Mutex<Value>
