@@ -84,8 +84,8 @@ public final class DownloadOperation: HTTPOperation<DownloadedFile>, ProgressRep
         counts.withLock { $0 = (received, expected) }
     }
 
-    /// Ends the operation once its task has ended: `location` (removed when this returns) holds the
-    /// whole body, unless there is an error.
+    /// Ends the operation once its task has ended: `location` (removed when this returns, if it was
+    /// not moved into place) holds the whole body, unless there is an error.
     ///
     /// The destination is replaced only by a download that succeeds. A cancellation (or the timeout)
     /// that came before the body was whole keeps the file in place; one that lands while the new file
@@ -93,6 +93,9 @@ public final class DownloadOperation: HTTPOperation<DownloadedFile>, ProgressRep
     /// under a hidden name as a hard link until the outcome is known) is put back, or the new one
     /// removed when there was none.
     func complete(_ request: URLRequest, location: URL?, response: URLResponse?, error: (any Error)?) {
+        // A body that is not moved into place (an error status, a cancellation, a failed move) is
+        // removed here: Apple's Foundation removes it once this returns, Linux's never does.
+        defer { if let location { unlink(location.path) } }
         // The status is checked before the file is placed: a 404's body never reaches the destination.
         let verdict = verdict(for: request, response: response, error: error) {
             guard let location, let handle = try? FileHandle(forReadingFrom: location) else { return Data() }

@@ -58,11 +58,22 @@ final class DownloadAndLimitTests: NetworkTestCase, @unchecked Sendable {
 
     func testADownloadOfAFailedResponseLeavesNoFileAndKeepsTheBodysStart() throws {
         let destination = temporaryFile("missing")
-        let download = client.download(server.request("/status/404?body=no+such+image"), to: destination)
+        // A body no other test sends, to find Foundation's temporary copy of it.
+        let marker = "no-such-image-\(UUID().uuidString)"
+        let download = client.download(server.request("/status/404?body=\(marker)"), to: destination)
         let outcome = try download.runForOutcome(timeout: testTimeout)
         guard case .failed(NetworkError.unacceptableStatus(_, 404, _, let body)) = outcome else { return XCTFail("\(outcome)") }
-        XCTAssertEqual(String(decoding: body, as: UTF8.self), "no such image")
+        XCTAssertEqual(String(decoding: body, as: UTF8.self), marker)
         XCTAssertFalse(FileManager.default.fileExists(atPath: destination.path))
+        // The body Foundation wrote to a temporary file is gone too (Linux's Foundation leaves it).
+        let folder = FileManager.default.temporaryDirectory
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { name in
+            guard name.hasSuffix(".tmp"),
+                let data = FileManager.default.contents(atPath: folder.appendingPathComponent(name).path)
+            else { return false }
+            return data == Data(marker.utf8)
+        }
+        XCTAssertEqual(leftovers, [])
     }
 
     func testADownloadCutShortLeavesNoFile() throws {
