@@ -14,9 +14,12 @@ final class OperationGate {
     var evaluation: Evaluation?
     /// The queue a Baton entry point holds it back from until the gate opens.
     var launchTarget: OperationQueue?
-    /// When it began waiting for its conditions and for its categories, until the wait is recorded
-    /// (`nil` for categories granted at once: no wait).
-    var waitingSince: (conditions: ContinuousClock.Instant?, categories: ContinuousClock.Instant?)
+    /// When it began waiting for its conditions, and for its categories, in `DispatchTime` nanoseconds,
+    /// until the wait is recorded; 0 when it is not waiting (categories granted at once: no wait).
+    /// Plain integers: a `ContinuousClock.Instant` is resilient, so every copy of an optional one went
+    /// through the runtime's value witnesses (about 1,000 instructions per grant, callgrind).
+    var conditionsSince: UInt64 = 0
+    var categoriesSince: UInt64 = 0
 }
 
 extension AsyncOperation {
@@ -168,9 +171,16 @@ extension AsyncOperation {
     /// outside the queue, and is added once it opens: waiting takes no worker and no place in the
     /// queue's list.
     func admitForLaunch(on queue: OperationQueue) -> Bool {
-        let gated = core.withLock { $0.gate.map { $0.admission.isClosed } ?? false }
-        guard gated, !queue.isSuspended, dependencies.allSatisfy(\.isFinished) else { return true }
-        let verdict = dependencyVerdict(dependencyPolicy)
+        let (gated, policy, hasDependencies) = core.withLock {
+            ($0.gate.map { $0.admission.isClosed } ?? false, $0.policy, $0.mayHaveDependencies)
+        }
+        guard gated, !queue.isSuspended else { return true }
+        var verdict: SharedOutcome?
+        if hasDependencies {
+            let dependencies = self.dependencies
+            guard dependencies.allSatisfy(\.isFinished) else { return true }
+            verdict = dependencyVerdict(policy, of: dependencies)
+        }
         let action: Admission.Action = core.withLock { state in
             guard let gate = state.gate, gate.admission.isClosed else { return .none }
             gate.launchTarget = queue
@@ -184,7 +194,7 @@ extension AsyncOperation {
     /// Feeds `begin` (under the lock). `settled`: the operation will not execute anyway.
     func begin(_ gate: OperationGate, path: Admission.Path, settled: Bool) -> Admission.Action {
         let action = gate.admission.begin(path, settled: settled, hasConditions: !gate.conditions.isEmpty)
-        if case .evaluate = action { gate.waitingSince.conditions = .now }
+        if case .evaluate = action { gate.conditionsSince = DispatchTime.now().uptimeNanoseconds }
         return action
     }
 
@@ -325,10 +335,10 @@ extension AsyncOperation {
             (state.gate?.categories ?? [], (state.gate?.launchTarget ?? state.launchQueue) as? ChildQueue)
         }
         let lanes: [Lane]
-        switch Self.lanes(for: categories, under: parent?.owner) {
-        case .lanes(let found):
-            lanes = found
-        case .holdAndWait(let category, let holder, let held):
+        do throws(HoldAndWait) {
+            lanes = try Self.lanes(for: categories, under: parent?.owner)
+        } catch {
+            let (category, holder, held) = (error.category, error.holder, error.held)
             let error = BatonError.wouldDeadlock(
                 operation: reference,
                 reason: "it claims category \(category), which \(holder.reference) does not hold while it holds "
@@ -352,7 +362,7 @@ extension AsyncOperation {
             guard let gate = state.gate, gate.admission.stage == .waiting(token) else { return .stale }
             gate.lanes = lanes
             guard Gatekeeper.request(self, token: token, lanes: lanes) else {
-                gate.waitingSince.categories = .now
+                gate.categoriesSince = DispatchTime.now().uptimeNanoseconds
                 return .waiting
             }
             return .granted(gate.admission.granted(token))
@@ -369,20 +379,22 @@ extension AsyncOperation {
         }
     }
 
-    /// Where a request's categories are claimed.
-    enum Placement {
-        /// In these lanes.
-        case lanes([Lane])
-        /// Nowhere: `holder`, an ancestor composite that holds `held`, does not hold `category`.
-        /// Claiming it would make the holder hold one category and wait (for its children) for
-        /// another, the hold-and-wait that lets two composites deadlock each other.
-        case holdAndWait(category: OperationCategory, holder: AsyncOperation, held: String)
+    /// Why a request's categories cannot be claimed anywhere: `holder`, an ancestor composite that
+    /// holds `held`, does not hold `category`. Claiming it would make the holder hold one category and
+    /// wait (for its children) for another, the hold-and-wait that lets two composites deadlock each
+    /// other. (Thrown, not returned in an enum: the usual answer, the lanes, then costs no enum copies.)
+    struct HoldAndWait: Error {
+        let category: OperationCategory
+        let holder: AsyncOperation
+        let held: String
     }
 
     /// The lane each category is claimed in. Outside any holding composite, at the top. Inside one,
     /// the nearest ancestor that holds anything lends its categories (the claim is inherited, in a lane
     /// of its own under that ancestor); a category it does not hold is refused.
-    static func lanes(for categories: [OperationCategory], under parent: AsyncOperation?) -> Placement {
+    static func lanes(
+        for categories: [OperationCategory], under parent: AsyncOperation?
+    ) throws(HoldAndWait) -> [Lane] {
         var ancestor = parent
         while let current = ancestor {
             let (held, next, claimed) = current.core.withLock { state in
@@ -394,18 +406,19 @@ extension AsyncOperation {
             }
             if !held.isEmpty {
                 var lanes = [Lane]()
+                lanes.reserveCapacity(categories.count)
                 for category in categories {
                     guard held.contains(where: { $0.name == category.laneName }) else {
                         let names = claimed.map { "\($0)" }.joined(separator: ", ")
-                        return .holdAndWait(category: category, holder: current, held: names)
+                        throw HoldAndWait(category: category, holder: current, held: names)
                     }
                     lanes.append(Lane(name: category.laneName, under: current.serialNumber))
                 }
-                return .lanes(lanes)
+                return lanes
             }
             ancestor = next
         }
-        return .lanes(categories.map { Lane(name: $0.laneName, under: 0) })
+        return categories.map { Lane(name: $0.laneName, under: 0) }
     }
 
     /// A grant for the request of `token` arrived. Returns the lanes to give back when the request was
@@ -474,21 +487,27 @@ extension AsyncOperation {
     // MARK: - Visibility
 
     /// Tells the operation's recorder how long it waited for its conditions (or its categories), once:
-    /// the duration is taken from the gate and cleared, so the paths that end a wait may each call it.
+    /// the start is taken from the gate and cleared, so the paths that end a wait may each call it. An
+    /// operation nobody records only clears it (the label is made for a recorder alone).
     func recordWait(conditions: Bool) {
-        let wait: (what: String, duration: Duration)? = core.withLock { state in
-            guard let gate = state.gate else { return nil }
-            if conditions {
-                guard let since = gate.waitingSince.conditions else { return nil }
-                gate.waitingSince.conditions = nil
-                return ("conditions", since.duration(to: .now))
-            }
-            guard let since = gate.waitingSince.categories else { return nil }
-            gate.waitingSince.categories = nil
-            return (gate.categories.map { "\($0)" }.joined(separator: ", "), since.duration(to: .now))
+        struct Wait {
+            let recording: Recording
+            let since: UInt64
+            let categories: [OperationCategory]
         }
-        guard let wait, wait.duration > .zero, let recording else { return }
-        recording.recorder.waited(recording.id, for: wait.what, wait.duration)
+        let wait: Wait? = core.withLock { state in
+            guard let gate = state.gate else { return nil }
+            let since = conditions ? gate.conditionsSince : gate.categoriesSince
+            guard since != 0 else { return nil }
+            if conditions { gate.conditionsSince = 0 } else { gate.categoriesSince = 0 }
+            guard let recording = state.recorderLink.recording else { return nil }
+            return Wait(recording: recording, since: since, categories: conditions ? [] : gate.categories)
+        }
+        guard let wait else { return }
+        let elapsed = DispatchTime.now().uptimeNanoseconds &- wait.since
+        guard elapsed > 0 else { return }
+        let what = conditions ? "conditions" : wait.categories.map { "\($0)" }.joined(separator: ", ")
+        wait.recording.recorder.waited(wait.recording.id, for: what, .nanoseconds(Int64(elapsed)))
     }
 
     /// What the operation waits for at its gate now: `waiting for conditions`, or `waiting for

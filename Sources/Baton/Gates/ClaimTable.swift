@@ -189,6 +189,15 @@ struct ClaimTable<Waiter> {
                 continue
             }
             guard record.state.hasRoom, let id = record.state.first, let request = waiting[id] else { continue }
+            if request.lanes.count == 1 {
+                // It waits in this line alone, and heads it: granted, and the line looked at again.
+                waiting.removeValue(forKey: id)
+                record.state.popFirst()
+                record.state.addHolder(id, request.waiter)
+                granted.append((id, request.waiter))
+                next = record
+                continue
+            }
             // Granted only when it heads every line it waits in and every lane has room.
             var others: [LaneMap<LaneState>.Record] = []
             others.reserveCapacity(request.lanes.count)

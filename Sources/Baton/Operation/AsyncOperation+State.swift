@@ -31,6 +31,10 @@ extension AsyncOperation {
         weak var launchQueue: OperationQueue?
         /// How the operation records (usually not at all).
         var recorderLink = RecorderLink.none
+        /// Set by ``AsyncOperation/addDependency(_:)`` and never cleared: an operation that never had a
+        /// dependency skips reading Foundation's list (its lock and an array, about 400 instructions,
+        /// callgrind) when it starts or launches.
+        var mayHaveDependencies = false
 
         // Listeners.
         weak var delegate: (any AsyncOperationDelegate)?
@@ -214,10 +218,10 @@ extension AsyncOperation {
     }
 
     /// What `start()` finds when it checks the dependencies, computed outside the lock.
-    func dependencyVerdict(_ policy: DependencyPolicy) -> SharedOutcome? {
+    func dependencyVerdict(_ policy: DependencyPolicy, of dependencies: [Operation]? = nil) -> SharedOutcome? {
         guard policy != .runRegardless else { return nil }
         var sawCancellation = false
-        for dependency in dependencies {
+        for dependency in dependencies ?? self.dependencies {
             if let baton = dependency as? AsyncOperation {
                 guard let finished = baton.sharedOutcome else { continue }
                 switch finished.kind {
