@@ -72,6 +72,34 @@ final class DependencyPolicyTests: BatonTestCase {
         }
     }
 
+    /// An operation that never had a dependency does not read Foundation's list when it starts: the
+    /// fact is noted by `addDependency`, whichever way it is reached (a reference typed as Foundation's
+    /// `Operation`, a group holding a gated child back until its dependencies finished).
+    func testADependencyAddedThroughAFoundationReferenceOrToAGatedChildStillRulesTheOperationOut() throws {
+        let failed = ImmediateOperation(.failure(TestError(code: 21)), name: "dependency")
+        let plain = ImmediateOperation(.success(2))
+        let foundation: Operation = plain
+        foundation.addDependency(failed)
+        let queue = OperationQueue()
+        queue.addOperations([failed, plain], waitUntilFinished: false)
+        drain(queue)
+        XCTAssertEqual(plain.executions.value, 0)
+        guard case .failed(BatonError.dependencyFailed)? = plain.outcome else {
+            return XCTFail("got \(String(describing: plain.outcome))")
+        }
+
+        let sibling = ImmediateOperation(.failure(TestError(code: 22)), name: "sibling")
+        let gated = ImmediateOperation(.success(3))
+        try gated.addExclusivity(OperationCategory("x", in: ExclusivityScope("gated dependency")))
+        gated.addDependency(sibling)
+        // The group fails (its children did); it is run for what it does to the gated child.
+        _ = try GroupOperation(operations: [gated, sibling]).runForOutcome(timeout: .seconds(testTimeout))
+        XCTAssertEqual(gated.executions.value, 0)
+        guard case .failed(BatonError.dependencyFailed)? = gated.outcome else {
+            return XCTFail("got \(String(describing: gated.outcome))")
+        }
+    }
+
     func testAFailureIsReportedBeforeACancellationAmongSeveralDependencies() {
         let cancelled = BlockOperation {}
         cancelled.cancel()

@@ -428,6 +428,107 @@ final class ExclusivityTests: BatonTestCase {
         XCTAssertTrue(reason.contains("'x'") && reason.contains("holder"), reason)
     }
 
+    /// An `await` inside a holder's task, on an operation that needs the held category, would wait
+    /// for itself as a blocking wait would: refused at once, for a run, for `value`, and for a chain
+    /// with such a step (which is then not enqueued). If it were not, the holder would never finish,
+    /// and its run (with a timeout) fails.
+    func testAnAwaitInsideAHolderForAnOperationThatNeedsItsCategoryIsRefused() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("async self wait"))
+        @Sendable func needingX(_ name: String) -> MeteredOperation {
+            let operation = MeteredOperation(ConcurrencyMeter(), name: name)
+            try? operation.addExclusivity(x)
+            return operation
+        }
+        let holder = AsyncTaskOperation { () async -> [String] in
+            var refusals: [String] = []
+            func note(_ attempt: () async throws -> Void) async {
+                do {
+                    try await attempt()
+                    refusals.append("ran")
+                } catch BatonError.wouldDeadlock(let operation, let reason) {
+                    let named = reason.contains("'x'") && reason.contains("holder")
+                    refusals.append("\(operation.name)\(named ? "" : ": \(reason)")")
+                } catch {
+                    refusals.append("\(error)")
+                }
+            }
+            await note { try await needingX("run").run() }
+            let waited = needingX("value")
+            await note { try await waited.value }
+            let chained = TransformBlockOperation<Int, Int> { $0.finish(with: 2) }
+            chained.name = "step"
+            try? chained.addExclusivity(x)
+            await note { _ = try await Chain(ImmediateOperation(.success(1))).then(chained).run() }
+            XCTAssertFalse(chained.isExecuting || chained.isFinished, "the refused chain was not enqueued")
+            return refusals
+        }
+        holder.name = "holder"
+        try holder.addExclusivity(x)
+        XCTAssertEqual(try holder.run(timeout: .seconds(testTimeout)), ["run", "value", "step"])
+    }
+
+    /// A blocking run of a chain inside a holder, one of whose steps needs the held category: refused,
+    /// naming that step, before anything is enqueued.
+    func testABlockingChainRunInsideAHolderWithAStepThatNeedsItsCategoryIsRefused() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("chain self wait"))
+        let refusal = Locked<BatonError?>(nil)
+        let first = ImmediateOperation(.success(1))
+        let holder = AsyncBlockOperation { operation in
+            let step = TransformBlockOperation<Int, Int> { $0.finish(with: 2) }
+            step.name = "step"
+            try? step.addExclusivity(x)
+            do {
+                try Chain(first).then(step).run(timeout: .seconds(testTimeout))
+            } catch {
+                refusal.mutate { $0 = error as? BatonError }
+            }
+            operation.finish()
+        }
+        holder.name = "holder"
+        try holder.addExclusivity(x)
+        try holder.run(timeout: .seconds(testTimeout))
+        guard case .wouldDeadlock(let operation, let reason)? = refusal.value else {
+            return XCTFail("expected wouldDeadlock, got \(String(describing: refusal.value))")
+        }
+        XCTAssertEqual(operation.name, "step")
+        XCTAssertTrue(reason.contains("'x'") && reason.contains("holder"), reason)
+        XCTAssertFalse(first.isFinished, "nothing of the refused chain ran")
+    }
+
+    /// A task the holder started that outlives it holds nothing: once the holder has finished, the
+    /// task's `await` on an operation that needs the category runs it.
+    func testATaskThatOutlivesItsHolderMayAwaitItsCategory() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("outliving task"))
+        let holderFinished = Gate()
+        let later = Locked<Task<String, Never>?>(nil)
+        let holder = AsyncTaskOperation { () async -> Void in
+            let task = Task { () async -> String in
+                await holderFinished.waitAsync()
+                let inner = MeteredOperation(ConcurrencyMeter(), name: "inner")
+                try? inner.addExclusivity(x)
+                do {
+                    try await inner.run()
+                    return "ran"
+                } catch {
+                    return "\(error)"
+                }
+            }
+            later.mutate { $0 = task }
+        }
+        try holder.addExclusivity(x)
+        try holder.run(timeout: .seconds(testTimeout))
+        holderFinished.open()
+        let result = Locked<String?>(nil)
+        let done = Gate()
+        Task {
+            let text = await later.value!.value
+            result.mutate { $0 = text }
+            done.open()
+        }
+        XCTAssertTrue(done.wait(timeout: testTimeout))
+        XCTAssertEqual(result.value, "ran")
+    }
+
     // MARK: - Leaving the line
 
     func testCancellingAWaiterTakesItOutOfTheLineAndTheNextGetsTheCategory() throws {

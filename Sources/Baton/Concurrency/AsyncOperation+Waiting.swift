@@ -47,7 +47,7 @@ extension AsyncOperation {
     /// when the operation must still be started by `queue` (the one it is run on, or the one a Baton
     /// entry point launched it on) and the waiting context holds what that queue needs.
     func deadlockReason(runningOn queue: OperationQueue?, blocking: Bool) -> String? {
-        if blocking, let reason = categoryDeadlockReason() { return reason }
+        if let reason = categoryDeadlockReason(among: Callouts.categoryHolders(blocking: blocking)) { return reason }
         if let queue { return queue.deadlockReason(blocking: blocking) }
         let (target, pending) = core.withLock { state in (state.launchQueue, state.life.isPending) }
         guard pending, let target else { return nil }
@@ -201,24 +201,26 @@ enum AwaitEnd<Finished: Sendable>: Sendable {
     }
 }
 
-/// The operation queue whose Baton operation started the current task, and that operation: an `async`
-/// wait inside it knows what it holds, as `OperationQueue.current` tells a blocking one (a task has
-/// none). Tasks the body starts inherit it; the operation holds the queue's slot only until it has
+/// The Baton operation that started the current task, and the operation queue that started it: an
+/// `async` wait inside it knows what it holds (the queue's slot, its categories), as
+/// `OperationQueue.current` and the thread's holders tell a blocking one (a task has neither). Tasks
+/// the body starts inherit it; the operation holds its slot and categories only until it has
 /// finished, so a task that outlives it holds nothing.
 enum RunningQueue {
     /// Written once, in `init`; the operation is held weakly.
     final class Holder: @unchecked Sendable {
-        let queue: ObjectIdentifier
+        /// `nil` when the operation was started by hand, not by a queue.
+        let queue: ObjectIdentifier?
         weak var operation: AsyncOperation?
 
-        init(queue: ObjectIdentifier, operation: AsyncOperation) {
+        init(queue: ObjectIdentifier?, operation: AsyncOperation) {
             self.queue = queue
             self.operation = operation
         }
 
         /// The queue whose slot the current task's operation still holds.
         var heldQueue: ObjectIdentifier? {
-            guard let operation, !operation.isFinished else { return nil }
+            guard let queue, let operation, !operation.isFinished else { return nil }
             return queue
         }
     }

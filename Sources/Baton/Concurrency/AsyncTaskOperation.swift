@@ -29,9 +29,10 @@ public final class AsyncTaskOperation<Output: Sendable>: ResultOperation<Output>
     /// Starts the task.
     public override func execute() {
         let body = self.body
-        // The task knows the queue whose slot this operation holds: an `async` wait inside it for
-        // work on that queue is refused when the queue could run nothing else (RunningQueue).
-        let holder = OperationQueue.current.map { RunningQueue.Holder(queue: ObjectIdentifier($0), operation: self) }
+        // The task knows this operation, and the queue whose slot it holds: an `async` wait inside it
+        // for work on that queue is refused when the queue could run nothing else, and so is one for an
+        // operation that needs a category this operation holds (RunningQueue).
+        let holder = RunningQueue.Holder(queue: OperationQueue.current.map(ObjectIdentifier.init), operation: self)
         let running = RunningQueue.$current.withValue(holder) { makeTask(body) }
         task.withLock { $0 = running }
         if isCancelled { running.cancel() }

@@ -467,11 +467,11 @@ extension AsyncOperation {
         }
     }
 
-    /// Whether a blocking wait for this operation, on a thread inside the `execute()` of an operation
-    /// holding categories, would wait for itself: this operation claims one of them (by name, in any
-    /// lane: a claim under the holder's own ancestor would wait for it too). The reason, or `nil`.
-    func categoryDeadlockReason() -> String? {
-        let holders = Callouts.holders
+    /// Whether a wait for this operation by one of `holders` (operations holding categories that the
+    /// wait keeps from finishing: see ``Callouts/categoryHolders(blocking:)``) would wait for itself:
+    /// this operation claims one of the categories they hold (by name, in any lane: a claim under the
+    /// holder's own ancestor would wait for it too). The reason, or `nil`.
+    func categoryDeadlockReason(among holders: [AsyncOperation]) -> String? {
         guard !holders.isEmpty else { return nil }
         let claimed = Set(core.withLock { $0.gate?.categories ?? [] })
         guard !claimed.isEmpty else { return nil }

@@ -138,6 +138,15 @@ enum Callouts {
         Trampoline.LocalQueue.current.holders
     }
 
+    /// The operations a wait here would keep from finishing, which may hold categories: for a blocking
+    /// wait, those whose `execute()` this thread is inside; for an `async` one, the operation whose task
+    /// (or an ancestor task) awaits, until it has finished (``RunningQueue``).
+    static func categoryHolders(blocking: Bool) -> [AsyncOperation] {
+        if blocking { return holders }
+        guard let operation = RunningQueue.current?.operation else { return [] }
+        return [operation]
+    }
+
     /// Whether this thread is inside `operation`'s callouts.
     static func areRunning(for operation: AnyObject) -> Bool {
         Trampoline.LocalQueue.current.callouts.contains(ObjectIdentifier(operation))
