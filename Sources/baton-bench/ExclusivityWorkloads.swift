@@ -66,3 +66,20 @@ func batonOnQueue(width: Int) -> Workload {
         try waitAll(queue, "AsyncBlockOperation x\(n) on a \(width)-wide queue")
     }
 }
+
+/// `n` operations in groups of 1,000 run one after another, each operation with a condition that is
+/// satisfied at once when `conditioned`: what a condition costs, and (in the peak) what its timeout
+/// keeps once the operation has finished. A condition's timeout is 60 seconds by default; before
+/// Baton's timers could be cancelled, each left a pending block behind for that long.
+func batonGroupsInRounds(conditioned: Bool) -> Workload {
+    { n in
+        let ready = Condition("ready") { _, answer in answer(.satisfied) }
+        for start in stride(from: 0, to: n, by: 1_000) {
+            let operations = finishingAtOnce(min(1_000, n - start))
+            if conditioned {
+                for operation in operations { try operation.addCondition(ready) }
+            }
+            try GroupOperation(operations: operations).run(timeout: .seconds(600))
+        }
+    }
+}

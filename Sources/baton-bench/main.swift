@@ -331,6 +331,8 @@ let workloads: [String: Workload] = [
     "baton-group-exclusive": batonGroupContending(limit: 1),
     "baton-group-limit-4": batonGroupContending(limit: 4),
     "baton-queue-exclusive": batonQueueContending,
+    "baton-groups-conditioned": batonGroupsInRounds(conditioned: true),
+    "baton-groups": batonGroupsInRounds(conditioned: false),
     "baton-serial-queue": batonOnQueue(width: 1),
     "baton-4-wide-queue": batonOnQueue(width: 4),
     "baton-http-get": batonHTTPGets,
@@ -440,6 +442,9 @@ let comparisons = [
     Comparison(
         workload: "excl-one-queue", baton: "baton-queue-exclusive", baselines: [("baton-serial-queue", .max)]),
     Comparison(workload: "excl-limit-4", baton: "baton-group-limit-4", baselines: [("baton-4-wide-queue", .max)]),
+    // A condition satisfied at once on every operation, groups of 1,000 in a row, against the same
+    // groups without: its cost, and in the peak what finished operations' timeouts keep.
+    Comparison(workload: "excl-condition", baton: "baton-groups-conditioned", baselines: [("baton-groups", .max)]),
     // Network, on loopback against the tests' Python server: n small GETs, six in flight on both sides;
     // one download of n MiB (the peak column is the download's memory).
     Comparison(workload: "net-get", baton: "baton-http-get", baselines: [("URLSession-http-get", .max)]),

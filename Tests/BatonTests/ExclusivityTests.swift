@@ -70,18 +70,6 @@ final class ExclusivityTests: BatonTestCase {
         XCTAssertTrue(table.isIdle)
     }
 
-    /// A deterministic generator for the randomized checks below (SplitMix64): a failure names its seed.
-    struct SplitMix {
-        var state: UInt64
-        mutating func next(_ bound: Int) -> Int {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return Int((z ^ (z >> 31)) % UInt64(bound))
-        }
-    }
-
     /// The lane map against a `Dictionary`, through growth to thousands of lanes, removal with backward
     /// shifts, and shrinking back: the same lanes, the same states, and records that keep their
     /// identity across every resize.

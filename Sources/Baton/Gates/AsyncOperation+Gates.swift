@@ -291,13 +291,16 @@ extension AsyncOperation {
                     self.conditionsAnswered(token, .cancelled, evaluation)
                 }
             }
-            // The timeout holds the answer until it fires; once answered, or once the evaluation is
-            // abandoned, the answer lets go of what it captured, so a long timeout keeps only a small
-            // shell alive.
-            evaluation.onAbandon { [weak answer] in answer?.discard() }
+            // The timeout holds the answer until it fires. The evaluation is abandoned once the
+            // conditions have decided (or the operation no longer waits for them): the timer is
+            // cancelled then, and lets go of the answer and what it captured at once.
             let (timeout, name) = (condition.timeout, condition.name)
-            DispatchQueue.global().asyncAfter(deadline: timeout.deadlineFromNow) {
+            let timer = Deadlines.after(timeout) {
                 answer(.failed(BatonError.conditionTimedOut(condition: name, after: timeout)))
+            }
+            evaluation.onAbandon { [weak answer] in
+                timer.cancel()
+                answer?.discard()
             }
             condition.evaluate(context, in: evaluation, queue: started.queue) { answer($0) }
         }

@@ -243,6 +243,8 @@ public final class ConditionFlag: Sendable {
     private struct FlagState {
         var isSet: Bool
         var waiters = WaitList<@Sendable (Bool) -> Void>()
+        /// Each waiter's timeout, by its token: cancelled when the flag is set first.
+        var timers: [UInt64: Deadlines.Timer] = [:]
     }
 
     /// A flag, set or not.
@@ -262,10 +264,13 @@ public final class ConditionFlag: Sendable {
     ///
     /// - Parameter value: The new value.
     public func set(_ value: Bool = true) {
-        let woken: [@Sendable (Bool) -> Void] = state.withLock { state in
+        let (woken, timers): ([@Sendable (Bool) -> Void], [Deadlines.Timer]) = state.withLock { state in
             state.isSet = value
-            return value ? state.waiters.takeAll().values : []
+            guard value else { return ([], []) }
+            defer { state.timers = [:] }
+            return (state.waiters.takeAll().values, Array(state.timers.values))
         }
+        for timer in timers { timer.cancel() }
         for wake in woken { wake(true) }
     }
 
@@ -275,9 +280,19 @@ public final class ConditionFlag: Sendable {
             state.isSet ? nil : state.waiters.append(answer)
         }
         guard let token else { return answer(true) }
-        DispatchQueue.global().asyncAfter(deadline: timeout.deadlineFromNow) { [state] in
-            let expired = state.withLock { $0.waiters.remove(token) }
+        let timer = Deadlines.after(timeout) { [state] in
+            let expired = state.withLock { state in
+                state.timers[token] = nil
+                return state.waiters.remove(token)
+            }
             expired?(false)
         }
+        // Kept to be cancelled by `set`, unless the flag was set (or the timer fired) meanwhile.
+        let stillWaiting = state.withLock { state in
+            guard state.waiters.contains(token) else { return false }
+            state.timers[token] = timer
+            return true
+        }
+        if !stillWaiting { timer.cancel() }
     }
 }

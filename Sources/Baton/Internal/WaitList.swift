@@ -31,15 +31,24 @@ struct WaitList<Callback> {
         entries.append((token, callback))
     }
 
-    /// Takes out the entry of `token`; `nil` when it has already left or been taken.
-    mutating func remove(_ token: UInt64) -> Callback? {
+    /// Where the entry of `token` is, if it is still in the list (binary search: tokens increase).
+    private func index(of token: UInt64) -> Int? {
         var low = 0
         var high = entries.count
         while low < high {
             let middle = (low + high) / 2
             if entries[middle].token < token { low = middle + 1 } else { high = middle }
         }
-        guard low < entries.count, entries[low].token == token, let callback = entries[low].callback else { return nil }
+        guard low < entries.count, entries[low].token == token, entries[low].callback != nil else { return nil }
+        return low
+    }
+
+    /// Whether the entry of `token` is still in the list.
+    func contains(_ token: UInt64) -> Bool { index(of: token) != nil }
+
+    /// Takes out the entry of `token`; `nil` when it has already left or been taken.
+    mutating func remove(_ token: UInt64) -> Callback? {
+        guard let low = index(of: token), let callback = entries[low].callback else { return nil }
         entries[low].callback = nil
         holes += 1
         if holes * 2 > entries.count {

@@ -20,6 +20,8 @@ extension AsyncOperation {
         // Settings.
         var policy: DependencyPolicy = .skipOnFailureOrCancellation
         var timeout: Duration?
+        /// The timer of the current run's timeout, cancelled when the operation finishes.
+        var timeoutTimer: Deadlines.Timer?
         var upstreamError: (any Error)?
         var input: (any Sendable)?
         /// Told of each input stored while pending (`observeStoredInputs`); one field, not a protocol
@@ -127,17 +129,20 @@ extension AsyncOperation {
             var waits: WaitList<@Sendable () -> Void>
             var tap: (@Sendable (Notification) -> Void)?
             var link: RecorderLink
+            var timer: Deadlines.Timer?
         }
         let commit: Commit = core.withLock { state in
             let action = state.life.outcomeDelivered()
             defer {
                 state.finishedHooks = []
                 state.delegate = nil
+                state.timeoutTimer = nil
             }
             return Commit(
                 action: action, hooks: state.finishedHooks, waits: state.waits.takeAll(), tap: state.notificationTap,
-                link: state.recorderLink)
+                link: state.recorderLink, timer: state.timeoutTimer)
         }
+        commit.timer?.cancel()
         guard case .announce(let wasExecuting) = commit.action else {
             return reportImpossible()
         }

@@ -436,8 +436,10 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
 
     /// Arms the timer of `token`: when it fires, the machine decides in one step whether the operation
     /// is still executing and cancels it; a stale token does nothing.
+    /// The timer is kept in the state until the finish takes it and cancels it (a timeout that does
+    /// not fire leaves nothing pending), or a rerun's timer replaces it.
     private func arm(_ token: UInt64, after duration: Duration) {
-        DispatchQueue.global().asyncAfter(deadline: duration.deadlineFromNow) { [weak self] in
+        let timer = Deadlines.after(duration) { [weak self] in
             guard let self else { return }
             let expiry = SharedOutcome.failed(BatonError.timedOut(operation: self.reference, after: duration))
             let (action, telling) = self.apply({ $0.timerFired(token: token, expiry: expiry) }) {
@@ -447,6 +449,13 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             Diagnostics.report(.timedOut, self)
             self.perform(cancellation, telling)
         }
+        let replaced: Deadlines.Timer? = core.withLock { state in
+            // Finished meanwhile: the finish took no timer, so this one goes at once.
+            guard !state.life.isFinished else { return timer }
+            defer { state.timeoutTimer = timer }
+            return state.timeoutTimer
+        }
+        replaced?.cancel()
     }
 
     /// What `start()` does when a dependency did not succeed. Default:
