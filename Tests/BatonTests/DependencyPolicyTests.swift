@@ -72,10 +72,11 @@ final class DependencyPolicyTests: BatonTestCase {
         }
     }
 
-    /// An operation that never had a dependency does not read Foundation's list when it starts: the
-    /// fact is noted by `addDependency`, whichever way it is reached (a reference typed as Foundation's
-    /// `Operation`, a group holding a gated child back until its dependencies finished).
-    func testADependencyAddedThroughAFoundationReferenceOrToAGatedChildStillRulesTheOperationOut() throws {
+    /// A failed dependency rules the operation out however Baton learns of it: added through a
+    /// reference typed as Foundation's `Operation`, added to a gated group child (held back until its
+    /// dependencies finished), or listed by a subclass's `dependencies` override. (A review found the
+    /// last one broken by a shortcut that trusted `addDependency` alone; the shortcut is gone.)
+    func testAFailedDependencyRulesTheOperationOutHoweverItIsDeclared() throws {
         let failed = ImmediateOperation(.failure(TestError(code: 21)), name: "dependency")
         let plain = ImmediateOperation(.success(2))
         let foundation: Operation = plain
@@ -87,6 +88,23 @@ final class DependencyPolicyTests: BatonTestCase {
         guard case .failed(BatonError.dependencyFailed)? = plain.outcome else {
             return XCTFail("got \(String(describing: plain.outcome))")
         }
+
+        final class Listing: AsyncOperation, @unchecked Sendable {
+            let listed: [Operation]
+            let ran = Locked(false)
+            init(_ listed: [Operation]) {
+                self.listed = listed
+                super.init()
+            }
+            override var dependencies: [Operation] { listed + super.dependencies }
+            override func execute() {
+                ran.mutate { $0 = true }
+                finish()
+            }
+        }
+        let listing = Listing([failed])
+        finished(listing)
+        XCTAssertFalse(listing.ran.value, "ran although its listed dependency failed")
 
         let sibling = ImmediateOperation(.failure(TestError(code: 22)), name: "sibling")
         let gated = ImmediateOperation(.success(3))

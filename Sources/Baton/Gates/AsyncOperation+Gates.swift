@@ -171,16 +171,12 @@ extension AsyncOperation {
     /// outside the queue, and is added once it opens: waiting takes no worker and no place in the
     /// queue's list.
     func admitForLaunch(on queue: OperationQueue) -> Bool {
-        let (gated, policy, hasDependencies) = core.withLock {
-            ($0.gate.map { $0.admission.isClosed } ?? false, $0.policy, $0.mayHaveDependencies)
-        }
+        let (gated, policy) = core.withLock { ($0.gate.map { $0.admission.isClosed } ?? false, $0.policy) }
         guard gated, !queue.isSuspended else { return true }
-        var verdict: SharedOutcome?
-        if hasDependencies {
-            let dependencies = self.dependencies
-            guard dependencies.allSatisfy(\.isFinished) else { return true }
-            verdict = dependencyVerdict(policy, of: dependencies)
-        }
+        // Read once: whether they have all finished, then what they say.
+        let dependencies = self.dependencies
+        guard dependencies.allSatisfy(\.isFinished) else { return true }
+        let verdict = dependencyVerdict(policy, of: dependencies)
         let action: Admission.Action = core.withLock { state in
             guard let gate = state.gate, gate.admission.isClosed else { return .none }
             gate.launchTarget = queue

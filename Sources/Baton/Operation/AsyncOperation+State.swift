@@ -33,10 +33,6 @@ extension AsyncOperation {
         weak var launchQueue: OperationQueue?
         /// How the operation records (usually not at all).
         var recorderLink = RecorderLink.none
-        /// Set by ``AsyncOperation/addDependency(_:)`` and never cleared: an operation that never had a
-        /// dependency skips reading Foundation's list (its lock and an array, about 400 instructions,
-        /// callgrind) when it starts or launches.
-        var mayHaveDependencies = false
 
         // Listeners.
         weak var delegate: (any AsyncOperationDelegate)?

@@ -154,9 +154,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     public final override func start() {
         // Facts gathered before the lock: they read other locks (dependencies, Foundation's, the
         // recorder's). The machine decides on them under the operation's lock, in one step.
-        let (policy, link, custody, hasDependencies) = core.withLock {
-            ($0.policy, $0.recorderLink, $0.life.custody, $0.mayHaveDependencies)
-        }
+        let (policy, link, custody) = core.withLock { ($0.policy, $0.recorderLink, $0.life.custody) }
         // Only the custody of a queue (Baton's, or Foundation's for an unclaimed operation) needs to
         // know who calls: reading it costs on every start.
         var caller = Life.Caller(queue: nil, isMainThread: false, foundation: nil)
@@ -173,7 +171,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         case .claimed, .direct:
             break
         }
-        let verdict = hasDependencies ? dependencyVerdict(policy) : nil
+        let verdict = dependencyVerdict(policy)
         let ready = isReady
 
         enum Decision {
@@ -339,16 +337,6 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     /// Whether the operation was cancelled (or skipped because a dependency was cancelled).
     public final override var isCancelled: Bool {
         core.withLock { $0.isCancelled }
-    }
-
-    /// Makes the operation wait for `operation` to finish, as Foundation's does. An override must call
-    /// `super`: Baton notes here that the operation has dependencies (one that never had any does not
-    /// read Foundation's list when it starts).
-    ///
-    /// - Parameter operation: The operation that must finish first.
-    open override func addDependency(_ operation: Operation) {
-        core.withLock { $0.mayHaveDependencies = true }
-        super.addDependency(operation)
     }
 
     /// Whether the operation may be started: its dependencies have finished and it has passed its gate
