@@ -132,4 +132,23 @@ final class DeadlineTests: BatonTestCase {
         XCTAssertNoThrow(try run.value?.get())
         XCTAssertTrue(eventually { self.pending <= before }, "\(pending - before) timers left pending")
     }
+
+    /// Operations waiting on a flag (an hour's timeout) are cancelled: each flag wait leaves the flag,
+    /// with its timer, when its evaluation is abandoned (a review found them kept until the hour was up;
+    /// only `set` let go of them).
+    func testCancelledFlagWaitsLeaveNoTimerPending() throws {
+        let before = pending
+        let flag = ConditionFlag("never set")
+        let count = 200
+        let operations = (0..<count).map { _ in ImmediateOperation(.success(1)) }
+        for operation in operations { try operation.addCondition(.waitUntil(flag, timeout: .seconds(3_600))) }
+        let queue = OperationQueue()
+        queue.addOperations(operations, waitUntilFinished: false)
+        // Every condition and its flag wait are under way: two timers each.
+        XCTAssertTrue(eventually { self.pending >= before + 2 * count }, "\(pending - before) pending")
+        for operation in operations { operation.cancel() }
+        XCTAssertTrue(eventually { operations.allSatisfy(\.isFinished) })
+        XCTAssertTrue(operations.allSatisfy { $0.outcome?.isCancelled == true })
+        XCTAssertTrue(eventually { self.pending <= before }, "\(pending - before) timers still pending")
+    }
 }

@@ -125,7 +125,7 @@ public struct Chain<Output: Sendable>: Sendable {
             if let reason = queue.deadlockReason(blocking: true) {
                 throw .wouldDeadlock(operation: first.reference, reason: reason)
             }
-            if let (step, reason) = categoryDeadlock(blocking: true) {
+            if let (step, reason) = AsyncOperation.categoryDeadlock(among: steps.operations, blocking: true) {
                 throw .wouldDeadlock(operation: step.reference, reason: reason)
             }
             if timeout < .zero {
@@ -159,22 +159,10 @@ public struct Chain<Output: Sendable>: Sendable {
         if let first = steps.operations.first, let reason = queue.deadlockReason(blocking: false) {
             throw .wouldDeadlock(operation: first.reference, reason: reason)
         }
-        if let (step, reason) = categoryDeadlock(blocking: false) {
+        if let (step, reason) = AsyncOperation.categoryDeadlock(among: steps.operations, blocking: false) {
             throw .wouldDeadlock(operation: step.reference, reason: reason)
         }
         return try queue.addChain(self)
-    }
-
-    /// The first step that claims a category held by an operation this wait would keep from finishing
-    /// (see ``Callouts/categoryHolders(blocking:)``), and why. Steps are looked at only inside such a
-    /// holder.
-    private func categoryDeadlock(blocking: Bool) -> (Operation, String)? {
-        let holders = Callouts.categoryHolders(blocking: blocking)
-        guard !holders.isEmpty else { return nil }
-        for case let step as AsyncOperation in steps.operations {
-            if let reason = step.categoryDeadlockReason(among: holders) { return (step, reason) }
-        }
-        return nil
     }
 }
 

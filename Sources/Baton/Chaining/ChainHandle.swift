@@ -193,6 +193,11 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
         if outcome == nil, let reason = queue.deadlockReason(blocking: true) {
             throw .wouldDeadlock(operation: pendingOperation.reference, reason: reason)
         }
+        if outcome == nil,
+            let (step, reason) = AsyncOperation.categoryDeadlock(among: state.withLock { $0.unfinished }, blocking: true)
+        {
+            throw .wouldDeadlock(operation: step.reference, reason: reason)
+        }
         if timeout < .zero {
             throw .invalidArgument(
                 operation: pendingOperation.reference, reason: "a wait's timeout must not be negative, got \(timeout)")
@@ -217,7 +222,13 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
     ///   was cancelled.
     public var value: Output {
         get async throws {
-            try await waitSuspending(cancellingOnTaskCancellation: false).orCancelled().get()
+            if outcome == nil,
+                let (step, reason) = AsyncOperation.categoryDeadlock(
+                    among: state.withLock { $0.unfinished }, blocking: false)
+            {
+                throw BatonError.wouldDeadlock(operation: step.reference, reason: reason)
+            }
+            return try await waitSuspending(cancellingOnTaskCancellation: false).orCancelled().get()
         }
     }
 

@@ -47,6 +47,7 @@ extension AsyncOperation {
     /// when the operation must still be started by `queue` (the one it is run on, or the one a Baton
     /// entry point launched it on) and the waiting context holds what that queue needs.
     func deadlockReason(runningOn queue: OperationQueue?, blocking: Bool) -> String? {
+        if RunningQueue.bodyOperation === self, !isFinished { return Self.ownBodyReason }
         if let reason = categoryDeadlockReason(among: Callouts.categoryHolders(blocking: blocking)) { return reason }
         if let queue { return queue.deadlockReason(blocking: blocking) }
         let (target, pending) = core.withLock { state in (state.launchQueue, state.life.isPending) }
@@ -109,6 +110,8 @@ extension AsyncOperation {
 
     static let deferredWorkReason =
         "called from a callback nested so deep that Baton deferred work on this thread until it returns"
+
+    static let ownBodyReason = "waited for from inside its own body, which must return before it can finish"
 
     static let selfWaitReason =
         "waited for from inside its own start or outcome callbacks, which must return before it can finish"
@@ -203,15 +206,21 @@ enum AwaitEnd<Finished: Sendable>: Sendable {
 
 /// The Baton operation that started the current task, and the operation queue that started it: an
 /// `async` wait inside it knows what it holds (the queue's slot, its categories), as
-/// `OperationQueue.current` and the thread's holders tell a blocking one (a task has neither). Tasks
-/// the body starts inherit it; the operation holds its slot and categories only until it has
-/// finished, so a task that outlives it holds nothing.
+/// `OperationQueue.current` and the thread's holders tell a blocking one (a task has neither).
+///
+/// Tasks the body starts inherit it, and for the queue's slot that is enough: the operation holds
+/// the slot only until it has finished, so a task that outlives it holds nothing. For categories
+/// and for waiting on itself, only the body's own task counts (``isBodyTask``): the operation
+/// finishes when its body returns, so a wait there is certain to wait for itself, while a task the
+/// body starts may not be awaited by it at all, and refusing its wait would refuse work that runs.
 enum RunningQueue {
-    /// Written once, in `init`; the operation is held weakly.
+    /// `queue` and `operation` are written once, in `init`; the operation is held weakly.
     final class Holder: @unchecked Sendable {
         /// `nil` when the operation was started by hand, not by a queue.
         let queue: ObjectIdentifier?
         weak var operation: AsyncOperation?
+        /// The identity of the body's task, once it has begun.
+        private let body = Mutex<Int?>(nil)
 
         init(queue: ObjectIdentifier?, operation: AsyncOperation) {
             self.queue = queue
@@ -223,6 +232,25 @@ enum RunningQueue {
             guard let queue, let operation, !operation.isFinished else { return nil }
             return queue
         }
+
+        /// Called first thing by the body's task.
+        func bodyBegan() {
+            let task = withUnsafeCurrentTask { $0?.hashValue }
+            body.withLock { $0 = task }
+        }
+
+        /// Whether the current task is the body's own (not a task it started).
+        var isBodyTask: Bool {
+            guard let task = withUnsafeCurrentTask(body: { $0?.hashValue }) else { return false }
+            return body.withLock { $0 } == task
+        }
+    }
+
+    /// The unfinished operation whose body is the current task, if any.
+    static var bodyOperation: AsyncOperation? {
+        guard let holder = current, holder.isBodyTask, let operation = holder.operation, !operation.isFinished
+        else { return nil }
+        return operation
     }
 
     @TaskLocal static var current: Holder?

@@ -40,6 +40,7 @@ public final class AsyncTaskOperation<Output: Sendable>: ResultOperation<Output>
 
     private func makeTask(_ body: @escaping @Sendable () async throws -> Output) -> Task<Void, Never> {
         Task(priority: priority) {
+            RunningQueue.current?.bodyBegan()
             do {
                 let output = try await body()
                 finish(with: output)

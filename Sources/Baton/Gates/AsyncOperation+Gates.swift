@@ -468,17 +468,40 @@ extension AsyncOperation {
 
     /// Whether a wait for this operation by one of `holders` (operations holding categories that the
     /// wait keeps from finishing: see ``Callouts/categoryHolders(blocking:)``) would wait for itself:
-    /// this operation claims one of the categories they hold (by name, in any lane: a claim under the
-    /// holder's own ancestor would wait for it too). The reason, or `nil`.
+    /// this operation has yet to be granted a category (of limit 1) that one of them holds (by name,
+    /// in any lane: a claim under the holder's own ancestor would wait for it too). The reason, or
+    /// `nil`. An operation that finished, or passed its gate, waits for no grant; under a limit above 1
+    /// the holder leaves room, or others hold the rest and will give it back.
     func categoryDeadlockReason(among holders: [AsyncOperation]) -> String? {
         guard !holders.isEmpty else { return nil }
-        let claimed = Set(core.withLock { $0.gate?.categories ?? [] })
+        let claimed: [OperationCategory] = core.withLock { state in
+            guard let gate = state.gate, !gate.admission.isPassed, !state.life.isFinished else { return [] }
+            return gate.categories
+        }
         guard !claimed.isEmpty else { return nil }
         for holder in holders.reversed() where holder !== self {
             let held = holder.core.withLock { $0.gate?.held.map(\.name) ?? [] }
-            if let category = claimed.first(where: { held.contains($0.laneName) }) {
+            let blocked = claimed.first { category in
+                held.contains(category.laneName) && Gatekeeper.limit(of: category.laneName) == 1
+            }
+            if let category = blocked {
                 return "it needs category \(category), which \(holder.reference) holds while it waits here"
             }
+        }
+        return nil
+    }
+
+    /// The first of `operations` (a chain's steps still to run) whose wait, made here, would wait for
+    /// itself (``categoryDeadlockReason(among:)``), and why. Looked at only inside a holder.
+    static func categoryDeadlock(
+        among operations: @autoclosure () -> [Operation], blocking: Bool
+    ) -> (
+        Operation, String
+    )? {
+        let holders = Callouts.categoryHolders(blocking: blocking)
+        guard !holders.isEmpty else { return nil }
+        for case let step as AsyncOperation in operations() {
+            if let reason = step.categoryDeadlockReason(among: holders) { return (step, reason) }
         }
         return nil
     }

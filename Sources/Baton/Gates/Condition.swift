@@ -64,6 +64,8 @@ public final class Condition: Sendable, CustomStringConvertible {
         case any([Condition])
         case not(Condition, failing: (any Error)?)
         case silent(Condition)
+        /// Waits for a flag, for at most `timeout`; the wait (and its timer) ends with the evaluation.
+        case flag(ConditionFlag, timeout: Duration)
     }
 
     init(name: String, timeout: Duration, producing: (@Sendable (ConditionContext) -> Operation)?, body: Body) {
@@ -211,14 +213,8 @@ extension Condition {
     ///   - name: The name; by default the flag's.
     /// - Returns: The condition.
     public static func waitUntil(_ flag: ConditionFlag, timeout: Duration, name: String? = nil) -> Condition {
-        let name = name ?? flag.name
         // The condition's own timeout is longer, so that the flag's answers.
-        return Condition(name, timeout: timeout + .seconds(1)) {
-            (_: ConditionContext, answer: @escaping @Sendable (ConditionResult) -> Void) in
-            flag.whenSet(timeout: timeout) { set in
-                answer(set ? .satisfied : .failed(BatonError.conditionTimedOut(condition: name, after: timeout)))
-            }
-        }
+        Condition(name: name ?? flag.name, timeout: timeout + .seconds(1), producing: nil, body: .flag(flag, timeout: timeout))
     }
 
     private static func longest(_ conditions: [Condition]) -> Duration {
@@ -274,12 +270,17 @@ public final class ConditionFlag: Sendable {
         for wake in woken { wake(true) }
     }
 
-    /// Calls `answer(true)` once the flag is set (now, if it is), or `answer(false)` after `timeout`.
-    func whenSet(timeout: Duration, _ answer: @escaping @Sendable (Bool) -> Void) {
+    /// Calls `answer(true)` once the flag is set (now, if it is), or `answer(false)` after `timeout`,
+    /// unless ``endWait(_:)`` comes first. Returns the wait's token; `nil` when it answered at once.
+    @discardableResult
+    func whenSet(timeout: Duration, _ answer: @escaping @Sendable (Bool) -> Void) -> UInt64? {
         let token: UInt64? = state.withLock { state in
             state.isSet ? nil : state.waiters.append(answer)
         }
-        guard let token else { return answer(true) }
+        guard let token else {
+            answer(true)
+            return nil
+        }
         let timer = Deadlines.after(timeout) { [state] in
             let expired = state.withLock { state in
                 state.timers[token] = nil
@@ -294,5 +295,16 @@ public final class ConditionFlag: Sendable {
             return true
         }
         if !stillWaiting { timer.cancel() }
+        return token
+    }
+
+    /// Ends the wait of `token` unanswered (nobody wants the answer any more): its entry and its timer
+    /// go at once.
+    func endWait(_ token: UInt64) {
+        let timer: Deadlines.Timer? = state.withLock { state in
+            _ = state.waiters.remove(token)
+            return state.timers.removeValue(forKey: token)
+        }
+        timer?.cancel()
     }
 }

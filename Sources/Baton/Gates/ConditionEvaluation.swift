@@ -115,6 +115,12 @@ extension Condition {
                 guard case .satisfied = result else { return once(.satisfied) }
                 once(error.map { .failed($0) } ?? .notSatisfied)
             }
+        case .flag(let flag, let timeout):
+            let name = self.name
+            let token = flag.whenSet(timeout: timeout) { set in
+                once(set ? .satisfied : .failed(BatonError.conditionTimedOut(condition: name, after: timeout)))
+            }
+            if let token { evaluation.onAbandon { flag.endWait(token) } }
         case .silent(let condition):
             condition.evaluate(context, in: evaluation, queue: queue) { result in
                 if case .failed = result { return once(.notSatisfied) }

@@ -138,13 +138,13 @@ enum Callouts {
         Trampoline.LocalQueue.current.holders
     }
 
-    /// The operations a wait here would keep from finishing, which may hold categories: for a blocking
-    /// wait, those whose `execute()` this thread is inside; for an `async` one, the operation whose task
-    /// (or an ancestor task) awaits, until it has finished (``RunningQueue``).
+    /// The operations a wait here would keep from finishing, which may hold categories: those whose
+    /// `execute()` this thread is inside (for a blocking wait), and the operation whose body is the
+    /// current task (``RunningQueue/bodyOperation``), blocking or not.
     static func categoryHolders(blocking: Bool) -> [AsyncOperation] {
-        if blocking { return holders }
-        guard let operation = RunningQueue.current?.operation else { return [] }
-        return [operation]
+        var found = blocking ? holders : []
+        if let body = RunningQueue.bodyOperation { found.append(body) }
+        return found
     }
 
     /// Whether this thread is inside `operation`'s callouts.

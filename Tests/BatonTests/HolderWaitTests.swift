@@ -1,0 +1,166 @@
+import Dispatch
+import Foundation
+import XCTest
+
+@testable import Baton
+
+/// Waits made inside an operation that holds a category: refused exactly when they would wait for
+/// themselves (the awaited operation, or a step still ahead of a chain, has yet to be granted a
+/// category of limit 1 that the holder holds, and the holder cannot finish before the wait ends), and
+/// left alone otherwise. Most of these shapes come from an adversarial review of the first version.
+final class HolderWaitTests: BatonTestCase {
+    private static func describe(_ attempt: () async throws -> Void) async -> String {
+        do {
+            try await attempt()
+            return "ran"
+        } catch BatonError.wouldDeadlock {
+            return "refused"
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    private static func describeBlocking(_ attempt: () throws -> Void) -> String {
+        do {
+            try attempt()
+            return "ran"
+        } catch BatonError.wouldDeadlock {
+            return "refused"
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    private func needing(_ category: OperationCategory, _ name: String) -> ImmediateOperation {
+        let operation = ImmediateOperation(.success(1), name: name)
+        try? operation.addExclusivity(category)
+        return operation
+    }
+
+    // MARK: - Refused: they would wait for themselves
+
+    func testAwaitingAChainHandleForAStepThatNeedsTheHeldCategoryIsRefused() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("handle async"))
+        let step = needing(x, "step")
+        let holder = AsyncTaskOperation { () async -> String in
+            await Self.describe {
+                let handle = try OperationQueue().addChain(Chain(step))
+                _ = try await handle.value
+            }
+        }
+        try holder.addExclusivity(x)
+        XCTAssertEqual(try holder.run(timeout: .seconds(testTimeout)), "refused")
+    }
+
+    func testBlockingOnAChainHandleForAStepThatNeedsTheHeldCategoryIsRefused() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("handle blocking"))
+        let step = needing(x, "step")
+        let seen = Locked<String?>(nil)
+        let holder = AsyncBlockOperation { operation in
+            let result = Self.describeBlocking {
+                let handle = try OperationQueue().addChain(Chain(step))
+                _ = try handle.wait(timeout: .seconds(testTimeout))
+            }
+            seen.mutate { $0 = result }
+            operation.finish()
+        }
+        try holder.addExclusivity(x)
+        try holder.run(timeout: .seconds(testTimeout))
+        XCTAssertEqual(seen.value, "refused")
+    }
+
+    /// A blocking wait from synchronous code that a holder's `async` body calls: the thread holds
+    /// nothing, the body's task does.
+    func testABlockingWaitInsideAHoldersBodyIsRefused() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("blocking in body"))
+        let inner = needing(x, "inner")
+        @Sendable func blockingRun() -> String {
+            Self.describeBlocking { try inner.run(timeout: .seconds(testTimeout)) }
+        }
+        let holder = AsyncTaskOperation { () async -> String in blockingRun() }
+        try holder.addExclusivity(x)
+        XCTAssertEqual(try holder.run(timeout: .seconds(testTimeout)), "refused")
+    }
+
+    /// A body that awaits its own operation: it finishes only when the body returns.
+    func testABodyAwaitingItsOwnOperationIsRefused() throws {
+        let me = Locked<AsyncTaskOperation<String>?>(nil)
+        let operation = AsyncTaskOperation { () async -> String in
+            guard let me = me.value else { return "no reference" }
+            return await Self.describe { _ = try await me.value }
+        }
+        me.mutate { $0 = operation }
+        XCTAssertEqual(try operation.run(timeout: .seconds(testTimeout)), "refused")
+    }
+
+    // MARK: - Left alone: they do not wait for themselves
+
+    /// The awaited operation claimed the category but has finished: its outcome is returned.
+    func testWaitingForAFinishedClaimantReturnsItsOutcome() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("finished claimant"))
+        let earlier = ImmediateOperation(.success(7), name: "earlier")
+        try earlier.addExclusivity(x)
+        XCTAssertEqual(try earlier.run(timeout: .seconds(testTimeout)), 7)
+        let holder = AsyncTaskOperation { () async -> [String] in
+            [
+                await Self.describe {
+                    let value = try await earlier.value
+                    XCTAssertEqual(value, 7)
+                },
+                await Self.describe {
+                    let value = try await earlier.run()
+                    XCTAssertEqual(value, 7)
+                },
+            ]
+        }
+        try holder.addExclusivity(x)
+        XCTAssertEqual(try holder.run(timeout: .seconds(testTimeout)), ["ran", "ran"])
+
+        let seen = Locked<String?>(nil)
+        let blockingHolder = AsyncBlockOperation { operation in
+            seen.mutate { $0 = Self.describeBlocking { XCTAssertEqual(try earlier.wait(timeout: .seconds(testTimeout)), 7) } }
+            operation.finish()
+        }
+        try blockingHolder.addExclusivity(x)
+        try blockingHolder.run(timeout: .seconds(testTimeout))
+        XCTAssertEqual(seen.value, "ran")
+    }
+
+    /// A limit of 2: the holder takes one place, the awaited operation the other.
+    func testAnAwaitForACategoryWithRoomToSpareRuns() throws {
+        let scope = ExclusivityScope("room to spare")
+        try scope.setLimit(2, for: "x")
+        let x = OperationCategory("x", in: scope)
+        let inner = needing(x, "inner")
+        let holder = AsyncTaskOperation { () async -> String in
+            await Self.describe { _ = try await inner.run() }
+        }
+        try holder.addExclusivity(x)
+        XCTAssertEqual(try holder.run(timeout: .seconds(testTimeout)), "ran")
+    }
+
+    /// A task the body starts and does not wait for: the holder finishes without it, then the
+    /// operation it awaits gets the category and runs.
+    func testATaskTheBodyStartsAndDoesNotAwaitMayAwaitTheCategory() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("unawaited task"))
+        let inner = needing(x, "inner")
+        let result = Locked<String?>(nil)
+        let holder = AsyncTaskOperation { () async -> Void in
+            Task {
+                let text = await Self.describe { _ = try await inner.run() }
+                result.mutate { $0 = text }
+            }
+            // Returns once the task is either refused or waiting for the category.
+            await withCheckedContinuation { continuation in
+                DispatchQueue.global().async {
+                    _ = eventually { result.value != nil || inner.gateWaitDescription() != nil }
+                    continuation.resume()
+                }
+            }
+        }
+        try holder.addExclusivity(x)
+        try holder.run(timeout: .seconds(testTimeout))
+        XCTAssertTrue(eventually { result.value != nil })
+        XCTAssertEqual(result.value, "ran")
+    }
+}
