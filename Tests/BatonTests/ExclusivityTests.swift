@@ -70,6 +70,18 @@ final class ExclusivityTests: BatonTestCase {
         XCTAssertTrue(table.isIdle)
     }
 
+    /// A scope's limits go with it: they are kept by the scope's identity, and a scope made later at
+    /// the same address took them over (a flaky test in CI: a category of a new scope let two holders
+    /// in, under the limit of 2 an earlier test had set on a scope since freed).
+    func testAScopesLimitsGoWithIt() throws {
+        var scope: ExclusivityScope? = ExclusivityScope("short-lived")
+        try scope!.setLimit(3, for: "x")
+        let name = Lane.Name(scope: ObjectIdentifier(scope!), category: "x")
+        XCTAssertEqual(Gatekeeper.limit(of: name), 3)
+        scope = nil
+        XCTAssertEqual(Gatekeeper.limit(of: name), 1)
+    }
+
     /// The lane map against a `Dictionary`, through growth to thousands of lanes, removal with backward
     /// shifts, and shrinking back: the same lanes, the same states, and records that keep their
     /// identity across every resize.

@@ -93,6 +93,41 @@ final class HolderWaitTests: BatonTestCase {
         XCTAssertEqual(try operation.run(timeout: .seconds(testTimeout)), "refused")
     }
 
+    /// A child (claiming nothing) of a group that holds the category awaits an operation that needs it
+    /// at the top: the group waits for the child, the child for the operation, the operation for the
+    /// group. ProcedureKit's group deadlock, one level down.
+    func testAnAwaitInAChildOfAHoldingGroupIsRefused() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("child of holder async"))
+        let inner = needing(x, "inner")
+        let child = AsyncTaskOperation { () async -> String in
+            await Self.describe { _ = try await inner.run() }
+        }
+        let group = GroupOperation(operations: [child])
+        try group.addExclusivity(x)
+        try group.run(timeout: .seconds(testTimeout))
+        XCTAssertEqual(child.output, "refused")
+    }
+
+    /// The same with a blocking wait in a plain child's `execute()`, and two levels down (a group in
+    /// the holding group).
+    func testABlockingWaitInAChildOfAHoldingGroupIsRefusedAtAnyDepth() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("child of holder blocking"))
+        let seen = Locked<[String]>([])
+        func child() -> AsyncBlockOperation {
+            AsyncBlockOperation { operation in
+                let inner = ImmediateOperation(.success(1), name: "inner")
+                try? inner.addExclusivity(x)
+                let result = Self.describeBlocking { try inner.run(timeout: .seconds(testTimeout)) }
+                seen.mutate { $0.append(result) }
+                operation.finish()
+            }
+        }
+        let group = GroupOperation(operations: [child(), GroupOperation(operations: [child()])])
+        try group.addExclusivity(x)
+        try group.run(timeout: .seconds(testTimeout))
+        XCTAssertEqual(seen.value, ["refused", "refused"])
+    }
+
     // MARK: - Left alone: they do not wait for themselves
 
     /// The awaited operation claimed the category but has finished: its outcome is returned.
@@ -137,6 +172,22 @@ final class HolderWaitTests: BatonTestCase {
         }
         try holder.addExclusivity(x)
         XCTAssertEqual(try holder.run(timeout: .seconds(testTimeout)), "ran")
+    }
+
+    /// A child of a holding group awaits a sibling that claims the category under the group (the
+    /// group lends it): the sibling contends with the group's other children, not with the group, and
+    /// none of them holds it, so it runs.
+    func testAChildAwaitingASiblingThatClaimsTheLentCategoryWaitsForIt() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("sibling under holder"))
+        let sibling = needing(x, "sibling")
+        let child = AsyncTaskOperation { () async -> String in
+            await Self.describe { _ = try await sibling.value }
+        }
+        let group = GroupOperation(operations: [child, sibling])
+        try group.addExclusivity(x)
+        try group.run(timeout: .seconds(testTimeout))
+        XCTAssertEqual(child.output, "ran")
+        XCTAssertEqual(sibling.output, 1)
     }
 
     /// A task the body starts and does not wait for: the holder finishes without it, then the

@@ -125,7 +125,7 @@ public struct Chain<Output: Sendable>: Sendable {
             if let reason = queue.deadlockReason(blocking: true) {
                 throw .wouldDeadlock(operation: first.reference, reason: reason)
             }
-            if let (step, reason) = AsyncOperation.categoryDeadlock(among: steps.operations, blocking: true) {
+            if let (step, reason) = AsyncOperation.categoryDeadlock(among: steps.operations, on: queue, blocking: true) {
                 throw .wouldDeadlock(operation: step.reference, reason: reason)
             }
             if timeout < .zero {
@@ -159,7 +159,7 @@ public struct Chain<Output: Sendable>: Sendable {
         if let first = steps.operations.first, let reason = queue.deadlockReason(blocking: false) {
             throw .wouldDeadlock(operation: first.reference, reason: reason)
         }
-        if let (step, reason) = AsyncOperation.categoryDeadlock(among: steps.operations, blocking: false) {
+        if let (step, reason) = AsyncOperation.categoryDeadlock(among: steps.operations, on: queue, blocking: false) {
             throw .wouldDeadlock(operation: step.reference, reason: reason)
         }
         return try queue.addChain(self)

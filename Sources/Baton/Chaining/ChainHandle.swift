@@ -194,7 +194,8 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
             throw .wouldDeadlock(operation: pendingOperation.reference, reason: reason)
         }
         if outcome == nil,
-            let (step, reason) = AsyncOperation.categoryDeadlock(among: state.withLock { $0.unfinished }, blocking: true)
+            let (step, reason) = AsyncOperation.categoryDeadlock(
+                among: state.withLock { $0.unfinished }, on: queue, blocking: true)
         {
             throw .wouldDeadlock(operation: step.reference, reason: reason)
         }
@@ -224,7 +225,7 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
         get async throws {
             if outcome == nil,
                 let (step, reason) = AsyncOperation.categoryDeadlock(
-                    among: state.withLock { $0.unfinished }, blocking: false)
+                    among: state.withLock { $0.unfinished }, on: queue, blocking: false)
             {
                 throw BatonError.wouldDeadlock(operation: step.reference, reason: reason)
             }

@@ -48,7 +48,8 @@ extension AsyncOperation {
     /// entry point launched it on) and the waiting context holds what that queue needs.
     func deadlockReason(runningOn queue: OperationQueue?, blocking: Bool) -> String? {
         if RunningQueue.bodyOperation === self, !isFinished { return Self.ownBodyReason }
-        if let reason = categoryDeadlockReason(among: Callouts.categoryHolders(blocking: blocking)) { return reason }
+        let blocked = Callouts.blockedLanes(blocking: blocking)
+        if let reason = categoryDeadlockReason(blocked: blocked, runningOn: queue) { return reason }
         if let queue { return queue.deadlockReason(blocking: blocking) }
         let (target, pending) = core.withLock { state in (state.launchQueue, state.life.isPending) }
         guard pending, let target else { return nil }

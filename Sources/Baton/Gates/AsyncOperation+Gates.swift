@@ -466,42 +466,79 @@ extension AsyncOperation {
         }
     }
 
-    /// Whether a wait for this operation by one of `holders` (operations holding categories that the
-    /// wait keeps from finishing: see ``Callouts/categoryHolders(blocking:)``) would wait for itself:
-    /// this operation has yet to be granted a category (of limit 1) that one of them holds (by name,
-    /// in any lane: a claim under the holder's own ancestor would wait for it too). The reason, or
-    /// `nil`. An operation that finished, or passed its gate, waits for no grant; under a limit above 1
-    /// the holder leaves room, or others hold the rest and will give it back.
-    func categoryDeadlockReason(among holders: [AsyncOperation]) -> String? {
-        guard !holders.isEmpty else { return nil }
-        let claimed: [OperationCategory] = core.withLock { state in
-            guard let gate = state.gate, !gate.admission.isPassed, !state.life.isFinished else { return [] }
-            return gate.categories
+    /// A lane held by an operation that a wait made here keeps from finishing.
+    struct BlockedLane {
+        let lane: Lane
+        let holder: AsyncOperation
+    }
+
+    /// The lanes this operation holds, and those of every composite above it (each waits for the
+    /// child it runs, down to this one, to finish).
+    func heldLanesUpward() -> [BlockedLane] {
+        var blocked: [BlockedLane] = []
+        var current: AsyncOperation? = self
+        while let operation = current {
+            let (held, parent) = operation.core.withLock { state in
+                (state.gate?.held ?? [], ((state.gate?.launchTarget ?? state.launchQueue) as? ChildQueue)?.owner)
+            }
+            blocked += held.map { BlockedLane(lane: $0, holder: operation) }
+            current = parent
         }
-        guard !claimed.isEmpty else { return nil }
-        for holder in holders.reversed() where holder !== self {
-            let held = holder.core.withLock { $0.gate?.held.map(\.name) ?? [] }
-            let blocked = claimed.first { category in
-                held.contains(category.laneName) && Gatekeeper.limit(of: category.laneName) == 1
-            }
-            if let category = blocked {
-                return "it needs category \(category), which \(holder.reference) holds while it waits here"
-            }
+        return blocked
+    }
+
+    /// Whether a wait for this operation, made where `blocked` lanes are held by operations the wait
+    /// keeps from finishing (see ``Callouts/blockedLanes(blocking:)``), would wait for itself: this
+    /// operation has yet to be granted a category of limit 1 in one of those lanes. Its lanes are the
+    /// ones it waits in, or else those it will ask for when it is launched on `queue` (or where a Baton
+    /// entry point launched it; a queue of a composite lends that composite's categories). The reason,
+    /// or `nil`. An operation that finished, or passed its gate, waits for no grant; under a limit
+    /// above 1 the holder leaves room, or others hold the rest and will give it back.
+    func categoryDeadlockReason(blocked: [BlockedLane], runningOn queue: OperationQueue? = nil) -> String? {
+        guard !blocked.isEmpty else { return nil }
+        struct Pending {
+            let categories: [OperationCategory]
+            let lanes: [Lane]?
+            let target: OperationQueue?
+        }
+        let pending: Pending? = core.withLock { state in
+            guard let gate = state.gate, !gate.categories.isEmpty, !gate.admission.isPassed, !state.life.isFinished
+            else { return nil }
+            let waiting: Bool
+            if case .waiting = gate.admission.stage { waiting = true } else { waiting = false }
+            return Pending(
+                categories: gate.categories, lanes: waiting ? gate.lanes : nil,
+                target: gate.launchTarget ?? state.launchQueue)
+        }
+        guard let pending else { return nil }
+        let lanes: [Lane]
+        if let waiting = pending.lanes {
+            lanes = waiting
+        } else {
+            // Where it will ask; a claim its composite cannot lend fails it at once (no wait).
+            guard let found = try? Self.lanes(for: pending.categories, under: ((queue ?? pending.target) as? ChildQueue)?.owner)
+            else { return nil }
+            lanes = found
+        }
+        for (category, lane) in zip(pending.categories, lanes) {
+            guard let held = blocked.first(where: { $0.lane == lane }), held.holder !== self,
+                Gatekeeper.limit(of: lane.name) == 1
+            else { continue }
+            return "it needs category \(category), which \(held.holder.reference) holds while it waits here"
         }
         return nil
     }
 
-    /// The first of `operations` (a chain's steps still to run) whose wait, made here, would wait for
-    /// itself (``categoryDeadlockReason(among:)``), and why. Looked at only inside a holder.
+    /// The first of `operations` (a chain's steps still to run, on `queue`) whose wait, made here, would
+    /// wait for itself (``categoryDeadlockReason(blocked:runningOn:)``), and why. Looked at only where
+    /// something is held.
     static func categoryDeadlock(
-        among operations: @autoclosure () -> [Operation], blocking: Bool
-    ) -> (
-        Operation, String
-    )? {
-        let holders = Callouts.categoryHolders(blocking: blocking)
-        guard !holders.isEmpty else { return nil }
+        among operations: @autoclosure () -> [Operation], on queue: OperationQueue, blocking: Bool
+    ) -> (Operation, String)? {
+        let blocked = Callouts.blockedLanes(blocking: blocking)
+        guard !blocked.isEmpty else { return nil }
         for case let step as AsyncOperation in operations() {
-            if let reason = step.categoryDeadlockReason(among: holders) { return (step, reason) }
+            if let reason = step.categoryDeadlockReason(blocked: blocked, runningOn: queue) { return (step, reason) }
         }
         return nil
     }

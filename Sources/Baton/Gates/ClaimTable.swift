@@ -83,6 +83,14 @@ struct ClaimTable<Waiter> {
     /// How many may hold `name` at once (1 unless set).
     func limit(of name: Lane.Name) -> Int { limits.isEmpty ? 1 : limits[name] ?? 1 }
 
+    /// Forgets the limits set in a scope that is gone. Its lanes are gone already (an operation that
+    /// claims a category keeps its scope alive), but a limit is kept by the scope's identity, which a
+    /// scope made later may take over.
+    mutating func forgetLimits(of scope: ObjectIdentifier) {
+        guard !limits.isEmpty else { return }
+        limits = limits.filter { $0.key.scope != scope }
+    }
+
     /// Changes a limit; requests that now fit are granted.
     mutating func setLimit(_ limit: Int, of name: Lane.Name) -> [(UInt64, Waiter)] {
         limits[name] = limit

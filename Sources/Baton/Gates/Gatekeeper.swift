@@ -52,6 +52,11 @@ enum Gatekeeper {
         table.withLock { $0.limit(of: name) }
     }
 
+    /// A scope is gone: its limits go with it.
+    static func forgetLimits(of scope: ObjectIdentifier) {
+        table.withLock { $0.forgetLimits(of: scope) }
+    }
+
     /// The operations holding `lane`, oldest first.
     static func holders(of lane: Lane) -> [AsyncOperation] {
         table.withLock { $0.holders(of: lane).map(\.waiter.operation) }

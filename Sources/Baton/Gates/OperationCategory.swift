@@ -87,6 +87,13 @@ public final class ExclusivityScope: Sendable, Hashable, CustomStringConvertible
         self.name = name
     }
 
+    deinit {
+        // Limits are kept by the scope's identity, which a scope made later may take over. The table's
+        // lock is free here: the table keeps no scope, and nothing lets go of an operation's last
+        // reference under that lock (each caller is a method of the operation it gives back).
+        Gatekeeper.forgetLimits(of: ObjectIdentifier(self))
+    }
+
     /// Lets `limit` operations hold `category` at once (throttling; exclusivity is a limit of 1).
     ///
     /// Raising a limit lets waiting operations through at once; lowering it lets holders finish and

@@ -1,3 +1,5 @@
+import Foundation
+
 #if canImport(Darwin)
 import Darwin
 #elseif canImport(Glibc)
@@ -138,13 +140,19 @@ enum Callouts {
         Trampoline.LocalQueue.current.holders
     }
 
-    /// The operations a wait here would keep from finishing, which may hold categories: those whose
-    /// `execute()` this thread is inside (for a blocking wait), and the operation whose body is the
-    /// current task (``RunningQueue/bodyOperation``), blocking or not.
-    static func categoryHolders(blocking: Bool) -> [AsyncOperation] {
-        var found = blocking ? holders : []
-        if let body = RunningQueue.bodyOperation { found.append(body) }
-        return found
+    /// The lanes held by operations that a wait made here would keep from finishing: the operations
+    /// holding categories whose `execute()` this thread is inside (for a blocking wait), the operation
+    /// whose body is the current task (``RunningQueue/bodyOperation``), and every composite above any
+    /// of them; for a blocking wait on a composite's queue, the composites above the child this thread
+    /// runs too (each waits for that child). Empty, and cheap, where nothing is held.
+    static func blockedLanes(blocking: Bool) -> [AsyncOperation.BlockedLane] {
+        var blocked: [AsyncOperation.BlockedLane] = []
+        if blocking {
+            for holder in holders { blocked += holder.heldLanesUpward() }
+            if let owner = (OperationQueue.current as? ChildQueue)?.owner { blocked += owner.heldLanesUpward() }
+        }
+        if let body = RunningQueue.bodyOperation { blocked += body.heldLanesUpward() }
+        return blocked
     }
 
     /// Whether this thread is inside `operation`'s callouts.
