@@ -151,4 +151,25 @@ final class DeadlineTests: BatonTestCase {
         XCTAssertTrue(operations.allSatisfy { $0.outcome?.isCancelled == true })
         XCTAssertTrue(eventually { self.pending <= before }, "\(pending - before) timers still pending")
     }
+
+    /// Cancelled while its conditions evaluate, an operation can be finished by its queue between the
+    /// cancellation's two steps (the gate refused, then the evaluation taken and abandoned): the
+    /// finish takes the evaluation then, and must abandon it too, or its timers stay. 40 rounds of 200
+    /// operations in one queue, each finish making the queue walk the rest; without the fix, 2 rounds
+    /// in 3 leave timers behind.
+    func testOperationsCancelledWhileTheirConditionsEvaluateLeaveNoTimer() throws {
+        for round in 0..<40 {
+            let before = pending
+            let flag = ConditionFlag("never set")
+            let operations = (0..<200).map { _ in ImmediateOperation(.success(1)) }
+            for operation in operations { try operation.addCondition(.waitUntil(flag, timeout: .seconds(3_600))) }
+            OperationQueue().addOperations(operations, waitUntilFinished: false)
+            if round % 2 == 0 { _ = eventually { self.pending >= before + 400 } }
+            for operation in operations { operation.cancel() }
+            XCTAssertTrue(eventually { operations.allSatisfy(\.isFinished) }, "round \(round)")
+            guard eventually({ self.pending <= before }) else {
+                return XCTFail("round \(round): \(pending - before) timers left pending")
+            }
+        }
+    }
 }
