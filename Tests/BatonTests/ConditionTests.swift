@@ -302,4 +302,32 @@ final class ConditionTests: BatonTestCase {
         let chain = try OperationQueue().addChain([first, second])
         XCTAssertEqual(try chain.wait(timeout: .seconds(testTimeout)) as? Int, 21)
     }
+
+    /// A gated operation in a suspended queue, given a dependency (already finished) from another
+    /// thread, then resumed: it runs. `addDependency` makes Linux's queue read and cache the readiness
+    /// in two steps; read while the condition was evaluated, its `false` could be stored after the
+    /// gate's announced `true`, and the queue then never scheduled the operation (an adversarial
+    /// review's reproducer: about 1 trial in 800 hung before).
+    func testAGatedOperationGivenADependencyInASuspendedQueueRunsWhenResumed() {
+        for trial in 0..<3_000 {
+            let finishedDependency = ImmediateOperation(.success(0))
+            finished(finishedDependency)
+            let queue = OperationQueue()
+            queue.isSuspended = true
+            let operation = ImmediateOperation(.success(1))
+            try? operation.addCondition(Condition("ok") { _, answer in answer(.satisfied) })
+            queue.addOperation(operation)
+            let added = Gate()
+            DispatchQueue.global().async {
+                operation.addDependency(finishedDependency)
+                added.open()
+            }
+            added.wait()
+            queue.isSuspended = false
+            let done = Gate()
+            operation.whenFinished { done.open() }
+            guard done.wait() else { return XCTFail("trial \(trial): never started") }
+            XCTAssertEqual(operation.executions.value, 1, "trial \(trial)")
+        }
+    }
 }

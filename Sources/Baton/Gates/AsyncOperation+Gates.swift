@@ -20,6 +20,8 @@ final class OperationGate {
     /// through the runtime's value witnesses (about 1,000 instructions per grant, callgrind).
     var conditionsSince: UInt64 = 0
     var categoriesSince: UInt64 = 0
+    /// How many announcements of `isReady` are under way: a read they make does not announce again.
+    var announcing = 0
 }
 
 extension AsyncOperation {
@@ -138,15 +140,29 @@ extension AsyncOperation {
         // Linux's Foundation reads `isReady` once while it adds the operation, before it can schedule
         // it: the gate begins when the queue considers it (added, or walked after a resume), never
         // before. Where Foundation's record cannot be read (Apple platforms), any read begins it.
-        let inQueue = FoundationQueueState.isEnqueued(self) ?? true
+        let enqueued = FoundationQueueState.isEnqueued(self)
+        let inQueue = enqueued ?? true
+        var reannounce = false
         let action: Admission.Action? = core.withLock { state in
             guard let gate = state.gate else { return nil }
-            if gate.admission.isPassed { return nil }
+            if gate.admission.isPassed {
+                // Linux's queue caches each operation's readiness by reading `isReady` and then
+                // storing it, two steps: a read made while the gate was in progress (by
+                // `addDependency` on another thread, say) can store its `false` after the gate's
+                // announcement stored `true`. The queue then walks past the operation for good: it
+                // re-reads the readiness of such an operation (this read) and caches the `true`, but
+                // does not schedule it. So a read that finds the gate passed while Foundation still
+                // holds the operation unstarted announces the readiness again, unless it is made by an
+                // announcement (which would only repeat itself).
+                reannounce = enqueued == true && gate.announcing == 0 && state.life.isPending
+                return nil
+            }
             guard inQueue, gate.admission.isClosed, state.life.isPending else { return Admission.Action.none }
             return begin(gate, path: .announce, settled: state.isCancelled || state.life.early != nil)
         }
         switch action {
         case nil:
+            if reannounce { DispatchQueue.global().async { self.announceReady() } }
             return true
         case .none?:
             return false
@@ -252,9 +268,13 @@ extension AsyncOperation {
     }
 
     private func announceReady() {
-        let tap = core.withLock { $0.notificationTap }
+        let tap = core.withLock { state in
+            state.gate?.announcing += 1
+            return state.notificationTap
+        }
         announce(.willChange(Self.isReadyKey), tap)
         announce(.didChange(Self.isReadyKey), tap)
+        core.withLock { $0.gate?.announcing -= 1 }
     }
 
     static let isReadyKey = "isReady"
