@@ -404,28 +404,23 @@ final class ExclusivityTests: BatonTestCase {
         XCTAssertEqual(parked.outcome?.isSuccess, true)
     }
 
+    /// Checks that `error` refuses a wait for itself, naming `culprit`, the category 'x' and the holder.
+    private func assertRefused(_ error: (any Error)?, naming culprit: String, line: UInt = #line) {
+        guard case .wouldDeadlock(let operation, let reason)? = error as? BatonError else {
+            return XCTFail("expected wouldDeadlock, got \(String(describing: error))", line: line)
+        }
+        XCTAssertEqual(operation.name, culprit, line: line)
+        XCTAssertTrue(reason.contains("'x'") && reason.contains("holder"), reason, line: line)
+    }
+
     func testABlockingWaitInsideAHolderForAnOperationThatNeedsItsCategoryIsRefused() throws {
-        let scope = ExclusivityScope("self wait")
-        let x = OperationCategory("x", in: scope)
-        let refusal = Locked<BatonError?>(nil)
-        let holder = AsyncBlockOperation { operation in
+        let x = OperationCategory("x", in: ExclusivityScope("self wait"))
+        let error = try errorInsideHolder(of: x) {
             let inner = MeteredOperation(ConcurrencyMeter(), name: "inner")
             try? inner.addExclusivity(x)
-            do {
-                try inner.run(timeout: .seconds(testTimeout))
-            } catch {
-                refusal.mutate { $0 = error as? BatonError }
-            }
-            operation.finish()
+            try inner.run(timeout: .seconds(testTimeout))
         }
-        holder.name = "holder"
-        try holder.addExclusivity(x)
-        try holder.run(timeout: .seconds(testTimeout))
-        guard case .wouldDeadlock(let operation, let reason)? = refusal.value else {
-            return XCTFail("expected wouldDeadlock, got \(String(describing: refusal.value))")
-        }
-        XCTAssertEqual(operation.name, "inner")
-        XCTAssertTrue(reason.contains("'x'") && reason.contains("holder"), reason)
+        assertRefused(error, naming: "inner")
     }
 
     /// An `await` inside a holder's task, on an operation that needs the held category, would wait
@@ -471,27 +466,14 @@ final class ExclusivityTests: BatonTestCase {
     /// naming that step, before anything is enqueued.
     func testABlockingChainRunInsideAHolderWithAStepThatNeedsItsCategoryIsRefused() throws {
         let x = OperationCategory("x", in: ExclusivityScope("chain self wait"))
-        let refusal = Locked<BatonError?>(nil)
         let first = ImmediateOperation(.success(1))
-        let holder = AsyncBlockOperation { operation in
+        let error = try errorInsideHolder(of: x) {
             let step = TransformBlockOperation<Int, Int> { $0.finish(with: 2) }
             step.name = "step"
             try? step.addExclusivity(x)
-            do {
-                try Chain(first).then(step).run(timeout: .seconds(testTimeout))
-            } catch {
-                refusal.mutate { $0 = error as? BatonError }
-            }
-            operation.finish()
+            try Chain(first).then(step).run(timeout: .seconds(testTimeout))
         }
-        holder.name = "holder"
-        try holder.addExclusivity(x)
-        try holder.run(timeout: .seconds(testTimeout))
-        guard case .wouldDeadlock(let operation, let reason)? = refusal.value else {
-            return XCTFail("expected wouldDeadlock, got \(String(describing: refusal.value))")
-        }
-        XCTAssertEqual(operation.name, "step")
-        XCTAssertTrue(reason.contains("'x'") && reason.contains("holder"), reason)
+        assertRefused(error, naming: "step")
         XCTAssertFalse(first.isFinished, "nothing of the refused chain ran")
     }
 

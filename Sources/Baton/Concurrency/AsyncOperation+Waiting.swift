@@ -47,7 +47,7 @@ extension AsyncOperation {
     /// when the operation must still be started by `queue` (the one it is run on, or the one a Baton
     /// entry point launched it on) and the waiting context holds what that queue needs.
     func deadlockReason(runningOn queue: OperationQueue?, blocking: Bool) -> String? {
-        if RunningQueue.bodyOperation === self, !isFinished { return Self.ownBodyReason }
+        if RunningQueue.bodyOperation === self { return Self.ownBodyReason }
         let blocked = Callouts.blockedLanes(blocking: blocking)
         if let reason = categoryDeadlockReason(blocked: blocked, runningOn: queue) { return reason }
         if let queue { return queue.deadlockReason(blocking: blocking) }

@@ -24,6 +24,15 @@ final class OperationGate {
     var announcing = 0
 }
 
+extension AsyncOperation.State {
+    /// The queue the operation is launched on: the one a Baton entry point holds it back from until its
+    /// gate opens, or the one it launched it on.
+    var targetQueue: OperationQueue? { gate?.launchTarget ?? launchQueue }
+
+    /// That queue when it is a composite's: its owner lends its categories, and waits for this child.
+    var compositeQueue: ChildQueue? { targetQueue as? ChildQueue }
+}
+
 extension AsyncOperation {
     // MARK: - Declaring
 
@@ -286,7 +295,7 @@ extension AsyncOperation {
         let started: (conditions: [Condition], queue: OperationQueue)? = core.withLock { state in
             guard let gate = state.gate, gate.admission.stage == .evaluating(token) else { return nil }
             gate.evaluation = evaluation
-            return (gate.conditions, gate.launchTarget ?? state.launchQueue ?? Gatekeeper.fallbackQueue)
+            return (gate.conditions, state.targetQueue ?? Gatekeeper.fallbackQueue)
         }
         guard let started else { return }
         let context = ConditionContext(operation: self)
@@ -351,7 +360,7 @@ extension AsyncOperation {
     /// Asks for the categories; granted at once, the gate opens on this thread.
     private func request(_ token: UInt64, goingOn: Bool) -> Bool {
         let (categories, parent) = core.withLock { state in
-            (state.gate?.categories ?? [], (state.gate?.launchTarget ?? state.launchQueue) as? ChildQueue)
+            (state.gate?.categories ?? [], state.compositeQueue)
         }
         let lanes: [Lane]
         do throws(HoldAndWait) {
@@ -419,7 +428,7 @@ extension AsyncOperation {
             let (held, next, claimed) = current.core.withLock { state in
                 (
                     state.gate?.held ?? [],
-                    ((state.gate?.launchTarget ?? state.launchQueue) as? ChildQueue)?.owner,
+                    state.compositeQueue?.owner,
                     state.gate?.categories ?? []
                 )
             }
@@ -504,7 +513,7 @@ extension AsyncOperation {
         var current: AsyncOperation? = self
         while let operation = current {
             let (held, parent) = operation.core.withLock { state in
-                (state.gate?.held ?? [], ((state.gate?.launchTarget ?? state.launchQueue) as? ChildQueue)?.owner)
+                (state.gate?.held ?? [], state.compositeQueue?.owner)
             }
             blocked += held.map { BlockedLane(lane: $0, holder: operation) }
             current = parent
@@ -529,16 +538,15 @@ extension AsyncOperation {
         let pending: Pending? = core.withLock { state in
             guard let gate = state.gate, !gate.categories.isEmpty, !gate.admission.isPassed, !state.life.isFinished
             else { return nil }
-            let waiting: Bool
-            if case .waiting = gate.admission.stage { waiting = true } else { waiting = false }
+            // Its lanes are known once it has asked; the stage says `waiting` a step before that (the
+            // request is worked out off the lock), so the lanes decide, not the stage.
             return Pending(
-                categories: gate.categories, lanes: waiting ? gate.lanes : nil,
-                target: gate.launchTarget ?? state.launchQueue)
+                categories: gate.categories, lanes: gate.lanes.isEmpty ? nil : gate.lanes, target: state.targetQueue)
         }
         guard let pending else { return nil }
         let lanes: [Lane]
-        if let waiting = pending.lanes {
-            lanes = waiting
+        if let asked = pending.lanes {
+            lanes = asked
         } else {
             // Where it will ask; a claim its composite cannot lend fails it at once (no wait).
             guard let found = try? Self.lanes(for: pending.categories, under: ((queue ?? pending.target) as? ChildQueue)?.owner)

@@ -274,27 +274,25 @@ public final class ConditionFlag: Sendable {
     /// unless ``endWait(_:)`` comes first. Returns the wait's token; `nil` when it answered at once.
     @discardableResult
     func whenSet(timeout: Duration, _ answer: @escaping @Sendable (Bool) -> Void) -> UInt64? {
+        let flag = self.state
         let token: UInt64? = state.withLock { state in
-            state.isSet ? nil : state.waiters.append(answer)
+            guard !state.isSet else { return nil }
+            let token = state.waiters.append(answer)
+            // Armed under the flag's lock, so that a waiter and its timer come and go together (the
+            // timers' lock is taken inside this one, never the reverse: a due timer runs off it).
+            state.timers[token] = Deadlines.after(timeout) {
+                let expired = flag.withLock { state in
+                    state.timers[token] = nil
+                    return state.waiters.remove(token)
+                }
+                expired?(false)
+            }
+            return token
         }
         guard let token else {
             answer(true)
             return nil
         }
-        let timer = Deadlines.after(timeout) { [state] in
-            let expired = state.withLock { state in
-                state.timers[token] = nil
-                return state.waiters.remove(token)
-            }
-            expired?(false)
-        }
-        // Kept to be cancelled by `set`, unless the flag was set (or the timer fired) meanwhile.
-        let stillWaiting = state.withLock { state in
-            guard state.waiters.contains(token) else { return false }
-            state.timers[token] = timer
-            return true
-        }
-        if !stillWaiting { timer.cancel() }
         return token
     }
 

@@ -43,9 +43,6 @@ struct WaitList<Callback> {
         return low
     }
 
-    /// Whether the entry of `token` is still in the list.
-    func contains(_ token: UInt64) -> Bool { index(of: token) != nil }
-
     /// Takes out the entry of `token`; `nil` when it has already left or been taken.
     mutating func remove(_ token: UInt64) -> Callback? {
         guard let low = index(of: token), let callback = entries[low].callback else { return nil }

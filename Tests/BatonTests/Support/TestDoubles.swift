@@ -311,3 +311,23 @@ struct SplitMix {
         return Int((z ^ (z >> 31)) % UInt64(bound))
     }
 }
+
+/// Runs `attempt` inside the `execute()` of an operation named "holder" that holds `category`, and
+/// returns what it threw (`nil` when it returned): how a wait made inside a holder ends.
+func errorInsideHolder(
+    of category: OperationCategory, _ attempt: @escaping @Sendable () throws -> Void
+) throws -> (any Error)? {
+    let thrown = Locked<(any Error)?>(nil)
+    let holder = AsyncBlockOperation { operation in
+        do {
+            try attempt()
+        } catch {
+            thrown.mutate { $0 = error }
+        }
+        operation.finish()
+    }
+    holder.name = "holder"
+    try holder.addExclusivity(category)
+    try holder.run(timeout: .seconds(testTimeout))
+    return thrown.value
+}
