@@ -118,6 +118,30 @@ final class ExclusivityTests: BatonTestCase {
         map.shrinkIfSparse()
         XCTAssertEqual(map.count, 0)
         XCTAssertTrue(map.records.isEmpty)
+        XCTAssertEqual(map.capacity, 16, "a drained table gives its memory back")
+    }
+
+    /// A burst of lanes grows the table; as it drains, the table is cut back in a few large steps,
+    /// never left more than sixteen times too large, and never cut so tight that it grows again at once.
+    func testTheLaneMapGivesMemoryBackAsABurstDrains() {
+        let scope = ObjectIdentifier(ExclusivityScope.process)
+        var map = LaneMap<Int>()
+        let records = (0..<20_000).map { map.insert(Lane(name: .init(scope: scope, category: "b\($0)"), under: 0), $0) }
+        XCTAssertEqual(map.capacity, 32_768)
+        var resizes = 0
+        var capacity = map.capacity
+        for record in records.reversed() {
+            map.remove(record)
+            map.shrinkIfSparse()
+            if map.capacity != capacity {
+                resizes += 1
+                capacity = map.capacity
+                XCTAssertLessThanOrEqual(map.count * 4, capacity, "cut to a quarter full at most")
+            }
+            XCTAssertTrue(map.capacity == 16 || map.count * 16 >= map.capacity, "\(map.count) lanes in \(map.capacity) slots")
+        }
+        XCTAssertEqual(map.capacity, 16)
+        XCTAssertLessThanOrEqual(resizes, 6, "drained in a few large steps, not halved twelve times")
     }
 
     /// The table against a reference that decides by brute force after every event (grant every

@@ -432,19 +432,17 @@ extension AsyncOperation {
     ) throws(HoldAndWait) -> [Lane] {
         var ancestor = parent
         while let current = ancestor {
-            let (held, next, claimed) = current.core.withLock { state in
-                (
-                    state.gate?.held ?? [],
-                    state.compositeQueue?.owner,
-                    state.gate?.categories ?? []
-                )
+            // What it holds, or else the next ancestor (most composites hold nothing: one read each).
+            let (held, next): ([Lane], AsyncOperation?) = current.core.withLock { state in
+                if let held = state.gate?.held, !held.isEmpty { return (held, nil) }
+                return ([], state.compositeQueue?.owner)
             }
             if !held.isEmpty {
                 var lanes = [Lane]()
                 lanes.reserveCapacity(categories.count)
                 for category in categories {
                     guard held.contains(where: { $0.name == category.laneName }) else {
-                        let names = claimed.map { "\($0)" }.joined(separator: ", ")
+                        let names = current.categories.map { "\($0)" }.joined(separator: ", ")
                         throw HoldAndWait(category: category, holder: current, held: names)
                     }
                     lanes.append(Lane(name: category.laneName, under: current.serialNumber))
@@ -469,7 +467,14 @@ extension AsyncOperation {
     }
 
     private func watchForSlowWait(_ token: UInt64, categories: [OperationCategory]) {
-        guard let threshold = categories.compactMap(\.scope.slowWaitThreshold).min() else { return }
+        // The smallest threshold, found without building a list: every wait for a category comes here.
+        var smallest: Duration?
+        for category in categories {
+            if let threshold = category.scope.slowWaitThreshold, smallest.map({ threshold < $0 }) ?? true {
+                smallest = threshold
+            }
+        }
+        guard let threshold = smallest else { return }
         DispatchQueue.global().asyncAfter(deadline: threshold.deadlineFromNow) { [weak self] in
             guard let self else { return }
             let stillWaiting = self.core.withLock { $0.gate?.admission.stage == .waiting(token) }

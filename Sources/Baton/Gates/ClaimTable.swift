@@ -111,9 +111,9 @@ struct ClaimTable<Waiter> {
             // One lane, one lookup: take it when it is free and nobody waits, or join its line.
             let lane = wanted[0]
             guard let record = lanes.record(for: lane) else {
-                var state = LaneState(limit: limit(of: lane.name))
-                state.addHolder(id, waiter)
-                _ = lanes.insert(lane, state)
+                // Made in its record, not copied into it (a copy and a destroy of the state cost about
+                // 450 instructions per uncontended claim, callgrind).
+                lanes.insert(lane, LaneState(limit: limit(of: lane.name))).state.holder = (id, waiter)
                 return true
             }
             guard record.state.waitingCount == 0, record.state.hasRoom else {
@@ -196,10 +196,13 @@ struct ClaimTable<Waiter> {
                 lanes.remove(record)
                 continue
             }
-            guard record.state.hasRoom, let id = record.state.first, let request = waiting[id] else { continue }
+            guard record.state.hasRoom, let id = record.state.first, let index = waiting.index(forKey: id) else {
+                continue
+            }
+            let request = waiting.values[index]
             if request.lanes.count == 1 {
                 // It waits in this line alone, and heads it: granted, and the line looked at again.
-                waiting.removeValue(forKey: id)
+                waiting.remove(at: index)
                 record.state.popFirst()
                 record.state.addHolder(id, request.waiter)
                 granted.append((id, request.waiter))
@@ -216,7 +219,7 @@ struct ClaimTable<Waiter> {
                 others.append(other)
             }
             guard others.count == request.lanes.count else { continue }
-            waiting[id] = nil
+            waiting.remove(at: index)
             for other in others {
                 other.state.popFirst()
                 other.state.addHolder(id, request.waiter)

@@ -67,7 +67,9 @@ enum Gatekeeper {
         table.withLock { $0.isIdle }
     }
 
-    private static func wake(_ granted: [(UInt64, Waiter)]) {
+    private static func wake(_ granted: consuming [(UInt64, Waiter)]) {
+        // Consumed, so popping takes no copy (a copy of the array the table returned cost about 370
+        // instructions per grant, callgrind).
         var pending = granted
         while let (_, waiter) = pending.popLast() {
             if let giveBack = waiter.operation.categoriesGranted(waiter.token, lanes: waiter.lanes) {
