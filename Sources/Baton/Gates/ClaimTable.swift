@@ -1,3 +1,5 @@
+import Dispatch
+
 /// Who holds which category, and who waits for it: every decision about a claim (grant now, queue,
 /// release, withdraw) is one call on this struct under the gatekeeper's one lock, and returns the
 /// requests it granted, which the caller wakes once the lock is released. It calls nothing and waits
@@ -30,16 +32,58 @@ struct ClaimTable<Waiter> {
         /// Waiting request ids, oldest first from `head`.
         var line: [UInt64] = []
         var head = 0
+        /// How fast grants may follow each other, if the category has a pace.
+        var pace: Pace?
+        /// The times of the last `pace.count` grants, a ring: once full, `recent[nextRecent]` is the
+        /// oldest. Kept only under a pace.
+        var recent: [UInt64] = []
+        var nextRecent = 0
 
-        init(limit: Int) {
+        init(limit: Int, pace: Pace? = nil) {
             self.limit = limit
+            self.pace = pace
         }
 
         var held: Int { (holder == nil ? 0 : 1) + otherHolders.count }
         var hasRoom: Bool { held < limit }
         var waitingCount: Int { line.count - head }
         var first: UInt64? { head < line.count ? line[head] : nil }
+        /// Nobody holds or wants it (a lane under a pace may still remember grants: see `paceCools`).
         var isUnused: Bool { holder == nil && otherHolders.isEmpty && head == line.count }
+
+        /// `nil` when the pace lets a grant through at `now` (or there is none); otherwise when it will:
+        /// the oldest of the last `count` grants leaves the window.
+        func paceDue(at now: UInt64) -> UInt64? {
+            guard let pace, recent.count == pace.count else { return nil }
+            let due = recent[nextRecent] &+ pace.interval
+            return due <= now ? nil : due
+        }
+
+        /// When its newest grant leaves the window: until then the lane is kept, even unused, or a new
+        /// record would forget the grants and let too many through.
+        var paceCools: UInt64 {
+            guard let pace, !recent.isEmpty else { return 0 }
+            let newest = recent.count < pace.count ? recent[recent.count - 1] : recent[(nextRecent + pace.count - 1) % pace.count]
+            return newest &+ pace.interval
+        }
+
+        mutating func noteGrant(at now: UInt64) {
+            guard let pace else { return }
+            if recent.count < pace.count {
+                recent.append(now)
+            } else {
+                recent[nextRecent] = now
+                nextRecent = (nextRecent + 1) % pace.count
+            }
+        }
+
+        /// A new pace keeps the newest grants that fit it.
+        mutating func setPace(_ new: Pace?) {
+            let ordered = recent.count < (pace?.count ?? 0) ? recent : Array(recent[nextRecent...] + recent[..<nextRecent])
+            pace = new
+            recent = new.map { Array(ordered.suffix($0.count)) } ?? []
+            nextRecent = 0
+        }
 
         mutating func addHolder(_ id: UInt64, _ waiter: Waiter) {
             if holder == nil { holder = (id, waiter) } else { otherHolders[id] = waiter }
@@ -79,16 +123,85 @@ struct ClaimTable<Waiter> {
     /// (lazily, when each reaches the head of its line).
     private var withdrawn: [UInt64: Int] = [:]
     private var limits: [Lane.Name: Int] = [:]
+    /// Paces by name. While it is empty no lane has a pace, and every pace check is skipped (a read of
+    /// a lane's pace goes through its record, with a dynamic exclusivity check, on the hot path).
+    private var paces: [Lane.Name: Pace] = [:]
+    /// Lanes to look at again at a time: a line whose head only its pace holds back (when it lets the
+    /// head through), or an unused lane that still remembers recent grants (when it may be forgotten).
+    private(set) var timed: [Lane: UInt64] = [:]
+    /// The deadline the gatekeeper last armed a timer for, until that timer's call to ``advance()``.
+    private var armed: UInt64?
+    /// The clock paces are read on, in nanoseconds (read only where a lane has a pace); tests set theirs.
+    var clock: @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds }
 
     /// How many may hold `name` at once (1 unless set).
     func limit(of name: Lane.Name) -> Int { limits.isEmpty ? 1 : limits[name] ?? 1 }
+
+    /// How fast grants of `name` may follow each other (`nil`: as fast as holders finish).
+    func pace(of name: Lane.Name) -> Pace? { paces.isEmpty ? nil : paces[name] }
+
+    /// Changes a pace (`nil` removes it); requests it now lets through are granted.
+    mutating func setPace(_ pace: Pace?, of name: Lane.Name) -> [(UInt64, Waiter)] {
+        paces[name] = pace
+        var granted: [(UInt64, Waiter)] = []
+        for record in lanes.records where record.lane.name == name {
+            record.state.setPace(pace)
+            grantFromHead(of: record, into: &granted)
+        }
+        lanes.shrinkIfSparse()
+        return granted
+    }
+
+    /// A timer armed by the gatekeeper fired: grants what the paces of the lanes now due let through,
+    /// and forgets the unused lanes whose grants have left their window.
+    mutating func advance() -> [(UInt64, Waiter)] {
+        guard !timed.isEmpty else {
+            armed = nil
+            return []
+        }
+        let now = clock()
+        // The timer armed last has fired (or is due and will find nothing): another may be armed.
+        if let armed, armed <= now { self.armed = nil }
+        var granted: [(UInt64, Waiter)] = []
+        for (lane, due) in timed where due <= now {
+            timed[lane] = nil
+            guard let record = lanes.record(for: lane) else { continue }
+            grantFromHead(of: record, into: &granted)
+        }
+        lanes.shrinkIfSparse()
+        return granted
+    }
+
+    /// The deadline to arm a timer for, when one comes before any armed: taken by the gatekeeper
+    /// after each change, under the same lock.
+    mutating func deadlineToArm() -> UInt64? {
+        guard !timed.isEmpty, let earliest = timed.values.min(), earliest < armed ?? .max else { return nil }
+        armed = earliest
+        return earliest
+    }
+
+    /// Whether `record`'s pace holds back a grant now; if so the lane is timed for when it will not.
+    private mutating func paceHolds(_ record: LaneMap<LaneState>.Record) -> Bool {
+        guard record.state.pace != nil, let due = record.state.paceDue(at: clock()) else { return false }
+        // Worked out from the lane's state now, so it replaces an earlier time (a pace may have changed).
+        timed[record.lane] = due
+        return true
+    }
 
     /// Forgets the limits set in a scope that is gone. Its lanes are gone already (an operation that
     /// claims a category keeps its scope alive), but a limit is kept by the scope's identity, which a
     /// scope made later may take over.
     mutating func forgetLimits(of scope: ObjectIdentifier) {
-        guard !limits.isEmpty else { return }
-        limits = limits.filter { $0.key.scope != scope }
+        if !limits.isEmpty { limits = limits.filter { $0.key.scope != scope } }
+        guard paces.keys.contains(where: { $0.scope == scope }) else { return }
+        paces = paces.filter { $0.key.scope != scope }
+        // Its paced lanes still cooling go too: a scope made later at the same address must not find
+        // their grants.
+        for record in lanes.records where record.lane.name.scope == scope && record.state.isUnused {
+            timed[record.lane] = nil
+            lanes.remove(record)
+        }
+        lanes.shrinkIfSparse()
     }
 
     /// Changes a limit; requests that now fit are granted.
@@ -113,26 +226,45 @@ struct ClaimTable<Waiter> {
             guard let record = lanes.record(for: lane) else {
                 // Made in its record, not copied into it (a copy and a destroy of the state cost about
                 // 450 instructions per uncontended claim, callgrind).
-                lanes.insert(lane, LaneState(limit: limit(of: lane.name))).state.holder = (id, waiter)
+                let record = lanes.insert(lane, LaneState(limit: limit(of: lane.name), pace: pace(of: lane.name)))
+                record.state.holder = (id, waiter)
+                if !paces.isEmpty, record.state.pace != nil { record.state.noteGrant(at: clock()) }
                 return true
             }
-            guard record.state.waitingCount == 0, record.state.hasRoom else {
+            guard record.state.waitingCount == 0, record.state.hasRoom, paces.isEmpty || !paceHolds(record) else {
                 record.state.line.append(id)
                 waiting[id] = Request(lanes: wanted, waiter: waiter)
                 return false
             }
             record.state.addHolder(id, waiter)
+            if !paces.isEmpty, record.state.pace != nil { record.state.noteGrant(at: clock()) }
             return true
         }
-        let records = wanted.map { lanes.record(for: $0) }
-        let free = records.allSatisfy { record in
-            guard let state = record?.state else { return true }
-            return state.waitingCount == 0 && state.hasRoom
+        var records = wanted.map { lanes.record(for: $0) }
+        var free = true
+        for record in records {
+            guard let record else { continue }
+            if record.state.waitingCount != 0 || !record.state.hasRoom || (!paces.isEmpty && paceHolds(record)) {
+                free = false
+                break
+            }
         }
         if !free { waiting[id] = Request(lanes: wanted, waiter: waiter) }
-        for (lane, record) in zip(wanted, records) {
-            let record = record ?? lanes.insert(lane, LaneState(limit: limit(of: lane.name)))
-            if free { record.state.addHolder(id, waiter) } else { record.state.line.append(id) }
+        for (index, lane) in wanted.enumerated() {
+            let record = records[index] ?? lanes.insert(lane, LaneState(limit: limit(of: lane.name), pace: pace(of: lane.name)))
+            records[index] = record
+            if free {
+                record.state.addHolder(id, waiter)
+                if !paces.isEmpty, record.state.pace != nil { record.state.noteGrant(at: clock()) }
+            } else {
+                record.state.line.append(id)
+            }
+        }
+        // Heading a line that only a pace holds back, it must be timed, or nothing would grant it.
+        if !free && !paces.isEmpty {
+            for case let record? in records where record.state.first == id && record.state.hasRoom {
+                _ = paceHolds(record)
+            }
         }
         return free
     }
@@ -192,19 +324,26 @@ struct ClaimTable<Waiter> {
             next = nil
             if !withdrawn.isEmpty { Self.skip(&withdrawn, in: &record.state) }
             if record.state.isUnused {
-                // Nobody holds or wants it: forget it (lanes under a composite come and go with it).
+                // Nobody holds or wants it: forget it (lanes under a composite come and go with it),
+                // unless its pace still counts recent grants: then once they have left the window.
+                if !paces.isEmpty, record.state.pace != nil, case let cools = record.state.paceCools, cools > clock() {
+                    timed[record.lane] = cools
+                    continue
+                }
                 lanes.remove(record)
                 continue
             }
             guard record.state.hasRoom, let id = record.state.first, let index = waiting.index(forKey: id) else {
                 continue
             }
+            if !paces.isEmpty && paceHolds(record) { continue }
             let request = waiting.values[index]
             if request.lanes.count == 1 {
                 // It waits in this line alone, and heads it: granted, and the line looked at again.
                 waiting.remove(at: index)
                 record.state.popFirst()
                 record.state.addHolder(id, request.waiter)
+                if !paces.isEmpty, record.state.pace != nil { record.state.noteGrant(at: clock()) }
                 granted.append((id, request.waiter))
                 next = record
                 continue
@@ -215,7 +354,7 @@ struct ClaimTable<Waiter> {
             for lane in request.lanes {
                 guard let other = lanes.record(for: lane) else { break }
                 if !withdrawn.isEmpty { Self.skip(&withdrawn, in: &other.state) }
-                guard other.state.first == id && other.state.hasRoom else { break }
+                guard other.state.first == id && other.state.hasRoom && (paces.isEmpty || !paceHolds(other)) else { break }
                 others.append(other)
             }
             guard others.count == request.lanes.count else { continue }
@@ -223,12 +362,19 @@ struct ClaimTable<Waiter> {
             for other in others {
                 other.state.popFirst()
                 other.state.addHolder(id, request.waiter)
+                if !paces.isEmpty, other.state.pace != nil { other.state.noteGrant(at: clock()) }
             }
             granted.append((id, request.waiter))
             // The lines it left may now let their next request through.
             pending.append(contentsOf: others)
         }
     }
+}
+
+/// A pace: at most `count` grants of a lane in any window of `interval` nanoseconds.
+struct Pace: Hashable, Sendable {
+    let count: Int
+    let interval: UInt64
 }
 
 /// One line of exclusion: a category, in a scope, at one level of the composite tree. A child whose

@@ -23,33 +23,49 @@ enum Gatekeeper {
         return queue
     }()
 
+    /// Changes the table under its lock; when the change left a line that only a pace holds back (or
+    /// a lane to forget later) before any armed timer, arms one for it.
+    private static func change<Result>(_ body: (inout ClaimTable<Waiter>) -> Result) -> Result {
+        let (result, deadline) = table.withLock { table in (body(&table), table.deadlineToArm()) }
+        if let deadline { Deadlines.at(deadline) { wake(change { $0.advance() }) } }
+        return result
+    }
+
     /// Asks for `lanes` for `operation`; `true` when granted now.
     static func request(_ operation: AsyncOperation, token: UInt64, lanes: [Lane]) -> Bool {
         let waiter = Waiter(operation: operation, token: token, lanes: lanes)
-        return table.withLock { $0.request(operation.serialNumber, lanes: lanes, waiter: waiter) }
+        return change { $0.request(operation.serialNumber, lanes: lanes, waiter: waiter) }
     }
 
     /// Gives back `lanes`, held by `operation`, and wakes whoever that lets through.
     static func release(_ lanes: [Lane], by operation: AsyncOperation) {
         guard !lanes.isEmpty else { return }
-        wake(table.withLock { $0.release(lanes, by: operation.serialNumber) })
+        wake(change { $0.release(lanes, by: operation.serialNumber) })
     }
 
     /// Takes back `operation`'s waiting request. `false` when it was not waiting (its grant is on its
     /// way, and will be given back).
     @discardableResult
     static func withdraw(_ operation: AsyncOperation) -> Bool {
-        guard let granted = table.withLock({ $0.withdraw(operation.serialNumber) }) else { return false }
+        guard let granted = change({ $0.withdraw(operation.serialNumber) }) else { return false }
         wake(granted)
         return true
     }
 
     static func setLimit(_ limit: Int, of name: Lane.Name) {
-        wake(table.withLock { $0.setLimit(limit, of: name) })
+        wake(change { $0.setLimit(limit, of: name) })
     }
 
     static func limit(of name: Lane.Name) -> Int {
         table.withLock { $0.limit(of: name) }
+    }
+
+    static func setPace(_ pace: Pace?, of name: Lane.Name) {
+        wake(change { $0.setPace(pace, of: name) })
+    }
+
+    static func pace(of name: Lane.Name) -> Pace? {
+        table.withLock { $0.pace(of: name) }
     }
 
     /// A scope is gone: its limits go with it.
@@ -73,8 +89,7 @@ enum Gatekeeper {
         var pending = granted
         while let (_, waiter) = pending.popLast() {
             if let giveBack = waiter.operation.categoriesGranted(waiter.token, lanes: waiter.lanes) {
-                pending.append(
-                    contentsOf: table.withLock { $0.release(giveBack, by: waiter.operation.serialNumber) })
+                pending.append(contentsOf: change { $0.release(giveBack, by: waiter.operation.serialNumber) })
             }
         }
     }

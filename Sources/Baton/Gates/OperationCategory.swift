@@ -119,6 +119,59 @@ public final class ExclusivityScope: Sendable, Hashable, CustomStringConvertible
         Gatekeeper.limit(of: Lane.Name(scope: ObjectIdentifier(self), category: category))
     }
 
+    /// Lets at most `count` operations holding `category` start in any window of `interval`: a rate,
+    /// such as "ten requests a second". It counts grants (an operation starts holding the category);
+    /// how many may hold it at once is still its limit (1 unless set), so a rate of ten a second for
+    /// work that may overlap usually comes with a limit of ten too.
+    ///
+    /// ```swift
+    /// let api = ExclusivityScope("api")
+    /// try api.setLimit(10, for: "search")
+    /// try api.setRate(10, per: .seconds(1), for: "search")
+    /// ```
+    ///
+    /// An operation kept back by the rate waits in the category's line like one kept back by the
+    /// limit: without a worker, first come first served, and its cancellation takes it out at once. A
+    /// composite that holds the category lends it to its children, which then share the composite's
+    /// grant and are paced among themselves at the same rate. Changing the rate keeps the most recent
+    /// grants that fit the new one.
+    ///
+    /// - Parameters:
+    ///   - count: How many may start in any window; at least 1.
+    ///   - interval: The window; above zero.
+    ///   - category: The category's name in this scope.
+    /// - Throws: ``BatonError/invalidRate(category:count:interval:)`` when `count` is below 1,
+    ///   `interval` is not above zero, or the name is empty.
+    public func setRate(_ count: Int, per interval: Duration, for category: String) throws(BatonError) {
+        guard count >= 1, interval > .zero, !category.isEmpty else {
+            throw .invalidRate(category: OperationCategory(category, in: self).description, count: count, interval: interval)
+        }
+        let (seconds, attoseconds) = interval.components
+        let nanoseconds =
+            seconds >= Int64.max / 1_000_000_000
+            ? UInt64.max / 2 : UInt64(seconds) * 1_000_000_000 + UInt64(attoseconds / 1_000_000_000)
+        Gatekeeper.setPace(
+            Pace(count: count, interval: max(nanoseconds, 1)),
+            of: Lane.Name(scope: ObjectIdentifier(self), category: category))
+    }
+
+    /// Takes the rate of `category` away: its operations start as fast as its limit lets them.
+    ///
+    /// - Parameter category: The category's name in this scope.
+    public func removeRate(for category: String) {
+        Gatekeeper.setPace(nil, of: Lane.Name(scope: ObjectIdentifier(self), category: category))
+    }
+
+    /// The rate of `category`, if it has one (see ``setRate(_:per:for:)``).
+    ///
+    /// - Parameter category: The category's name in this scope.
+    /// - Returns: How many may start in any window, and the window.
+    public func rate(of category: String) -> (count: Int, interval: Duration)? {
+        Gatekeeper.pace(of: Lane.Name(scope: ObjectIdentifier(self), category: category)).map { pace in
+            (pace.count, .nanoseconds(Int64(clamping: pace.interval)))
+        }
+    }
+
     /// When set, an operation that has waited for a category of this scope longer than this is
     /// reported to ``Diagnostics`` (``Diagnostic/Kind/waitedLongForCategory``), once per wait. `nil`
     /// (the default) reports nothing.

@@ -135,7 +135,13 @@ enum Deadlines {
     /// unless the returned timer is cancelled first.
     @discardableResult
     static func after(_ duration: Duration, _ handler: @escaping @Sendable () -> Void) -> Timer {
-        let deadline = duration.deadlineFromNow.uptimeNanoseconds
+        at(duration.deadlineFromNow.uptimeNanoseconds, handler)
+    }
+
+    /// Schedules `handler` to run on the global queue at `deadline` (`DispatchTime` nanoseconds),
+    /// unless the returned timer is cancelled first.
+    @discardableResult
+    static func at(_ deadline: UInt64, _ handler: @escaping @Sendable () -> Void) -> Timer {
         let timer = Timer(deadline: deadline, handler: handler)
         state.withLock { state in
             state.insert(timer)

@@ -60,6 +60,9 @@ public enum BatonError: Error, Sendable {
     case conditionTimedOut(condition: String, after: Duration)
     /// A category's limit must be at least 1 and its name must not be empty.
     case invalidLimit(category: String, limit: Int)
+    /// A category's rate must let at least 1 operation start per window, its window must be above
+    /// zero, and its name must not be empty.
+    case invalidRate(category: String, count: Int, interval: Duration)
 
     /// The one operation the error names, or `nil` for the cases that name a cycle, several failures,
     /// or a tree node without an operation.
@@ -75,7 +78,7 @@ public enum BatonError: Error, Sendable {
             return operation
         case .treeNodeFailed(_, let operation, _):
             return operation
-        case .dependencyCycle, .treeFailed, .treeNodeFreed, .conditionTimedOut, .invalidLimit:
+        case .dependencyCycle, .treeFailed, .treeNodeFreed, .conditionTimedOut, .invalidLimit, .invalidRate:
             return nil
         }
     }
@@ -129,6 +132,9 @@ extension BatonError: CustomStringConvertible {
             return "condition '\(condition)' did not answer within \(duration)"
         case .invalidLimit(let category, let limit):
             return "the limit of category \(category) must be at least 1 (and its name not empty), got \(limit)"
+        case .invalidRate(let category, let count, let interval):
+            return "the rate of category \(category) must let at least 1 start in a window above zero (and its name "
+                + "not be empty), got \(count) per \(interval)"
         }
     }
 }
