@@ -628,7 +628,11 @@ extension AsyncOperation {
             for (category, lane) in zip(categories, requested) {
                 let holders = Gatekeeper.holders(of: lane).filter { $0 !== self }
                 let by = holders.isEmpty ? "" : ", held by " + holders.map { "\($0.reference)" }.joined(separator: " and ")
-                parts.append("\(category)\(by)")
+                // A rate may hold it back with nobody holding the category: say so.
+                let rate = Gatekeeper.pace(of: lane.name).map { pace in
+                    " (rate \(pace.count) per \(Duration.nanoseconds(Int64(clamping: pace.interval))))"
+                }
+                parts.append("\(category)\(rate ?? "")\(by)")
             }
             return "waiting for " + parts.joined(separator: "; ")
         default:

@@ -131,6 +131,9 @@ struct ClaimTable<Waiter> {
     private(set) var timed: [Lane: UInt64] = [:]
     /// The deadline the gatekeeper last armed a timer for, until that timer's call to ``advance()``.
     private var armed: UInt64?
+    /// The earliest time a lane was timed for since a deadline was last taken, when it comes before
+    /// the armed one.
+    private var sooner: UInt64?
     /// The clock paces are read on, in nanoseconds (read only where a lane has a pace); tests set theirs.
     var clock: @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds }
 
@@ -153,14 +156,11 @@ struct ClaimTable<Waiter> {
     }
 
     /// A timer armed by the gatekeeper fired: grants what the paces of the lanes now due let through,
-    /// and forgets the unused lanes whose grants have left their window.
+    /// and forgets the unused lanes whose grants have left their window. The one step that looks at
+    /// every timed lane (once per timer, not once per change).
     mutating func advance() -> [(UInt64, Waiter)] {
-        guard !timed.isEmpty else {
-            armed = nil
-            return []
-        }
         let now = clock()
-        // The timer armed last has fired (or is due and will find nothing): another may be armed.
+        // The timer armed last has fired (or is due, and will find nothing): another may be armed.
         if let armed, armed <= now { self.armed = nil }
         var granted: [(UInt64, Waiter)] = []
         for (lane, due) in timed where due <= now {
@@ -169,22 +169,33 @@ struct ClaimTable<Waiter> {
             grantFromHead(of: record, into: &granted)
         }
         lanes.shrinkIfSparse()
+        // What is left is looked at again at its earliest time, unless a timer is armed already: every
+        // entry timed since that timer was armed is later than it, or it was armed for that entry.
+        if armed == nil, let earliest = timed.values.min(), earliest < sooner ?? .max { sooner = earliest }
         return granted
     }
 
-    /// The deadline to arm a timer for, when one comes before any armed: taken by the gatekeeper
-    /// after each change, under the same lock.
+    /// The deadline to arm a timer for, when a lane was timed before any armed: taken by the
+    /// gatekeeper after each change, under the same lock.
     mutating func deadlineToArm() -> UInt64? {
-        guard !timed.isEmpty, let earliest = timed.values.min(), earliest < armed ?? .max else { return nil }
-        armed = earliest
-        return earliest
+        guard let sooner else { return nil }
+        self.sooner = nil
+        armed = sooner
+        return sooner
+    }
+
+    /// Times `lane` to be looked at again at `due`, worked out from its state now, so it replaces an
+    /// earlier time (a pace may have changed). A time before the armed timer's is kept for
+    /// ``deadlineToArm()``: no step scans the timed lanes to find it.
+    private mutating func time(_ lane: Lane, at due: UInt64) {
+        timed[lane] = due
+        if due < armed ?? .max, due < sooner ?? .max { sooner = due }
     }
 
     /// Whether `record`'s pace holds back a grant now; if so the lane is timed for when it will not.
     private mutating func paceHolds(_ record: LaneMap<LaneState>.Record) -> Bool {
         guard record.state.pace != nil, let due = record.state.paceDue(at: clock()) else { return false }
-        // Worked out from the lane's state now, so it replaces an earlier time (a pace may have changed).
-        timed[record.lane] = due
+        time(record.lane, at: due)
         return true
     }
 
@@ -327,7 +338,7 @@ struct ClaimTable<Waiter> {
                 // Nobody holds or wants it: forget it (lanes under a composite come and go with it),
                 // unless its pace still counts recent grants: then once they have left the window.
                 if !paces.isEmpty, record.state.pace != nil, case let cools = record.state.paceCools, cools > clock() {
-                    timed[record.lane] = cools
+                    time(record.lane, at: cools)
                     continue
                 }
                 lanes.remove(record)
