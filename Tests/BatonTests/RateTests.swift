@@ -230,6 +230,12 @@ final class RateTests: BatonTestCase {
         }
         XCTAssertThrowsError(try scope.setRate(2, per: .seconds(1), for: ""))
         XCTAssertNil(scope.rate(of: "db"), "nothing set by a refused call")
+        // Beyond what `Duration.components` can give (it traps): taken as about a century, no crash.
+        let huge = Duration.seconds(Int64.max) + .seconds(Int64.max)
+        XCTAssertNoThrow(try scope.setRate(1, per: huge, for: "db"))
+        XCTAssertGreaterThanOrEqual(scope.rate(of: "db")?.interval ?? .zero, .seconds(3_000_000_000))
+        XCTAssertNoThrow(try scope.setRate(1, per: .nanoseconds(1) / 4, for: "db"))
+        XCTAssertEqual(scope.rate(of: "db")?.interval, .nanoseconds(1), "a window below a nanosecond is one")
     }
 }
 

@@ -194,9 +194,16 @@ struct ClaimTable<Waiter> {
 
     /// Whether `record`'s pace holds back a grant now; if so the lane is timed for when it will not.
     private mutating func paceHolds(_ record: LaneMap<LaneState>.Record) -> Bool {
-        guard record.state.pace != nil, let due = record.state.paceDue(at: clock()) else { return false }
+        guard !paces.isEmpty, record.state.pace != nil, let due = record.state.paceDue(at: clock()) else {
+            return false
+        }
         time(record.lane, at: due)
         return true
+    }
+
+    /// Counts a grant of `record`'s lane against its pace, if it has one.
+    private func noteGrant(of record: LaneMap<LaneState>.Record) {
+        if !paces.isEmpty, record.state.pace != nil { record.state.noteGrant(at: clock()) }
     }
 
     /// Forgets the limits set in a scope that is gone. Its lanes are gone already (an operation that
@@ -239,23 +246,23 @@ struct ClaimTable<Waiter> {
                 // 450 instructions per uncontended claim, callgrind).
                 let record = lanes.insert(lane, LaneState(limit: limit(of: lane.name), pace: pace(of: lane.name)))
                 record.state.holder = (id, waiter)
-                if !paces.isEmpty, record.state.pace != nil { record.state.noteGrant(at: clock()) }
+                noteGrant(of: record)
                 return true
             }
-            guard record.state.waitingCount == 0, record.state.hasRoom, paces.isEmpty || !paceHolds(record) else {
+            guard record.state.waitingCount == 0, record.state.hasRoom, !paceHolds(record) else {
                 record.state.line.append(id)
                 waiting[id] = Request(lanes: wanted, waiter: waiter)
                 return false
             }
             record.state.addHolder(id, waiter)
-            if !paces.isEmpty, record.state.pace != nil { record.state.noteGrant(at: clock()) }
+            noteGrant(of: record)
             return true
         }
         var records = wanted.map { lanes.record(for: $0) }
         var free = true
         for record in records {
             guard let record else { continue }
-            if record.state.waitingCount != 0 || !record.state.hasRoom || (!paces.isEmpty && paceHolds(record)) {
+            if record.state.waitingCount != 0 || !record.state.hasRoom || paceHolds(record) {
                 free = false
                 break
             }
@@ -266,7 +273,7 @@ struct ClaimTable<Waiter> {
             records[index] = record
             if free {
                 record.state.addHolder(id, waiter)
-                if !paces.isEmpty, record.state.pace != nil { record.state.noteGrant(at: clock()) }
+                noteGrant(of: record)
             } else {
                 record.state.line.append(id)
             }
@@ -347,14 +354,14 @@ struct ClaimTable<Waiter> {
             guard record.state.hasRoom, let id = record.state.first, let index = waiting.index(forKey: id) else {
                 continue
             }
-            if !paces.isEmpty && paceHolds(record) { continue }
+            if paceHolds(record) { continue }
             let request = waiting.values[index]
             if request.lanes.count == 1 {
                 // It waits in this line alone, and heads it: granted, and the line looked at again.
                 waiting.remove(at: index)
                 record.state.popFirst()
                 record.state.addHolder(id, request.waiter)
-                if !paces.isEmpty, record.state.pace != nil { record.state.noteGrant(at: clock()) }
+                noteGrant(of: record)
                 granted.append((id, request.waiter))
                 next = record
                 continue
@@ -365,7 +372,7 @@ struct ClaimTable<Waiter> {
             for lane in request.lanes {
                 guard let other = lanes.record(for: lane) else { break }
                 if !withdrawn.isEmpty { Self.skip(&withdrawn, in: &other.state) }
-                guard other.state.first == id && other.state.hasRoom && (paces.isEmpty || !paceHolds(other)) else { break }
+                guard other.state.first == id && other.state.hasRoom && !paceHolds(other) else { break }
                 others.append(other)
             }
             guard others.count == request.lanes.count else { continue }
@@ -373,7 +380,7 @@ struct ClaimTable<Waiter> {
             for other in others {
                 other.state.popFirst()
                 other.state.addHolder(id, request.waiter)
-                if !paces.isEmpty, other.state.pace != nil { other.state.noteGrant(at: clock()) }
+                noteGrant(of: other)
             }
             granted.append((id, request.waiter))
             // The lines it left may now let their next request through.

@@ -138,7 +138,8 @@ public final class ExclusivityScope: Sendable, Hashable, CustomStringConvertible
     ///
     /// - Parameters:
     ///   - count: How many may start in any window; at least 1.
-    ///   - interval: The window; above zero.
+    ///   - interval: The window; above zero (a window beyond about a century is taken as a century,
+    ///     one below a nanosecond as a nanosecond).
     ///   - category: The category's name in this scope.
     /// - Throws: ``BatonError/invalidRate(category:count:interval:)`` when `count` is below 1,
     ///   `interval` is not above zero, or the name is empty.
@@ -146,12 +147,8 @@ public final class ExclusivityScope: Sendable, Hashable, CustomStringConvertible
         guard count >= 1, interval > .zero, !category.isEmpty else {
             throw .invalidRate(category: OperationCategory(category, in: self).description, count: count, interval: interval)
         }
-        let (seconds, attoseconds) = interval.components
-        let nanoseconds =
-            seconds >= Int64.max / 1_000_000_000
-            ? UInt64.max / 2 : UInt64(seconds) * 1_000_000_000 + UInt64(attoseconds / 1_000_000_000)
         Gatekeeper.setPace(
-            Pace(count: count, interval: max(nanoseconds, 1)),
+            Pace(count: count, interval: interval.clampedNanoseconds),
             of: Lane.Name(scope: ObjectIdentifier(self), category: category))
     }
 

@@ -8,6 +8,12 @@ extension Duration {
         self / .seconds(1)
     }
 
+    /// The duration in whole nanoseconds, at least 1 and at most about a century (as a deadline's
+    /// distance; beyond it, never comes anyway). From ``seconds``, so it never traps.
+    var clampedNanoseconds: UInt64 {
+        UInt64(min(max((seconds * 1e9).rounded(), 1), 3e18))
+    }
+
     /// The moment this long from now; beyond about a century, never.
     var deadlineFromNow: DispatchTime {
         let seconds = self.seconds
