@@ -13,9 +13,12 @@ final class RateAttackTests: BatonTestCase {
         let runs = Locked(0)
         let cancelReturned = Locked(false)
         let enteredCancelled = Locked(0)
+        /// Called as it executes; set before it is enqueued.
+        nonisolated(unsafe) var onRun: (@Sendable () -> Void)?
         override func execute() {
             if cancelReturned.value { enteredCancelled.increment() }
             runs.increment()
+            onRun?()
             finish()
         }
         func cancelAndNote() {
@@ -171,5 +174,80 @@ final class RateAttackTests: BatonTestCase {
         for operation in operations { try operation.addExclusivity(OperationCategory("api", in: scope)) }
         try GroupOperation(operations: operations).run(timeout: .seconds(testTimeout))
         XCTAssertEqual(operations.map(\.runs.value), Array(repeating: 1, count: 50))
+    }
+
+    /// Scopes made, paced, used by groups (holding the paced category and lending it to children, or
+    /// not) and dropped, from many threads at once, some groups cancelled mid-flight from another
+    /// thread (the group and each child), while the rates' timers fire and the scopes' cooling lanes
+    /// are forgotten: every operation ends once, no child executes after its cancel returned, and the
+    /// table ends idle.
+    func testPacedScopesMadeUsedCancelledAndDroppedFromManyThreadsLeaveNothingHeld() {
+        let failures = Locked<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: 96) { iteration in
+            var random = SplitMix(state: UInt64(iteration) &+ 4_242)
+            do {
+                let scope = ExclusivityScope("churn \(iteration)")
+                try scope.setLimit(2, for: "api")
+                try scope.setRate(1 + random.next(2), per: .microseconds(200 + random.next(800)), for: "api")
+                let category = OperationCategory("api", in: scope)
+                let children = (0..<6).map { _ in Counted() }
+                for child in children { try child.addExclusivity(category) }
+                let group = GroupOperation(operations: children)
+                if random.next(2) == 0 { try group.addExclusivity(category) }
+                let queue = OperationQueue()
+                // A third of the groups are cancelled once `after` of their children have run (0 to 5),
+                // so the cancel lands while the rest wait for the rate's timer, or are being granted.
+                let cancels = random.next(3) == 0
+                let after = random.next(6)
+                let ran = Locked(0)
+                let gate = Gate()
+                if cancels {
+                    for child in children {
+                        child.onRun = {
+                            if ran.mutate({
+                                $0 += 1
+                                return $0
+                            }) == after {
+                                gate.open()
+                            }
+                        }
+                    }
+                    if after == 0 { gate.open() }
+                }
+                let cancelled = DispatchGroup()
+                if cancels {
+                    DispatchQueue.global().async(group: cancelled) {
+                        gate.wait()
+                        // The group's own cancellation reaches its children only once its execute()
+                        // (launching them) has returned, by design: each child is cancelled here too,
+                        // and none may enter execute() once its own cancel() has returned.
+                        group.cancel()
+                        for child in children { child.cancelAndNote() }
+                    }
+                }
+                let finished = DispatchSemaphore(value: 0)
+                group.observeCompletionForTests { finished.signal() }
+                queue.addOperation(group)
+                guard cancelled.wait(timeout: .now() + testTimeout) == .success,
+                    finished.wait(timeout: .now() + testTimeout) == .success
+                else {
+                    failures.mutate { $0.append("iteration \(iteration): did not finish") }
+                    return
+                }
+                for child in children {
+                    if child.runs.value > 1 { failures.mutate { $0.append("iteration \(iteration): a child ran twice") } }
+                    if child.enteredCancelled.value > 0 {
+                        failures.mutate { $0.append("iteration \(iteration): a child executed after its cancel returned") }
+                    }
+                    if !cancels, child.runs.value != 1 {
+                        failures.mutate { $0.append("iteration \(iteration): a child of an uncancelled group did not run") }
+                    }
+                }
+            } catch {
+                failures.mutate { $0.append("iteration \(iteration): \(error)") }
+            }
+        }
+        XCTAssertEqual(failures.value, [])
+        XCTAssertTrue(eventually { Gatekeeper.isIdle })
     }
 }

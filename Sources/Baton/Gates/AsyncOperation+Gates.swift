@@ -631,12 +631,11 @@ extension AsyncOperation {
         case .waiting?:
             var parts = [String]()
             for (category, lane) in zip(categories, requested) {
-                let holders = Gatekeeper.holders(of: lane).filter { $0 !== self }
+                let (holding, pace) = Gatekeeper.holdersAndPace(of: lane)
+                let holders = holding.filter { $0 !== self }
                 let by = holders.isEmpty ? "" : ", held by " + holders.map { "\($0.reference)" }.joined(separator: " and ")
                 // A rate may hold it back with nobody holding the category: say so.
-                let rate = Gatekeeper.pace(of: lane.name).map { pace in
-                    " (rate \(pace.count) per \(Duration.nanoseconds(Int64(clamping: pace.interval))))"
-                }
+                let rate = pace.map { " (rate \($0.count) per \($0.window))" }
                 parts.append("\(category)\(rate ?? "")\(by)")
             }
             return "waiting for " + parts.joined(separator: "; ")

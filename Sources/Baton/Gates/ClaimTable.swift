@@ -123,12 +123,12 @@ struct ClaimTable<Waiter> {
     /// (lazily, when each reaches the head of its line).
     private var withdrawn: [UInt64: Int] = [:]
     private var limits: [Lane.Name: Int] = [:]
-    /// Paces by name. While it is empty no lane has a pace, and every pace check is skipped (a read of
-    /// a lane's pace goes through its record, with a dynamic exclusivity check, on the hot path).
+    /// Paces by name. While it is empty no lane has a pace, and every pace check is skipped without
+    /// reading the lane's record (on the hot path, a record is usually cold in the cache).
     private var paces: [Lane.Name: Pace] = [:]
     /// Lanes to look at again at a time: a line whose head only its pace holds back (when it lets the
     /// head through), or an unused lane that still remembers recent grants (when it may be forgotten).
-    private(set) var timed: [Lane: UInt64] = [:]
+    private(set) var timed = Timeline()
     /// The deadline the gatekeeper last armed a timer for, until that timer's call to ``advance()``.
     private var armed: UInt64?
     /// The earliest time a lane was timed for since a deadline was last taken, when it comes before
@@ -156,22 +156,23 @@ struct ClaimTable<Waiter> {
     }
 
     /// A timer armed by the gatekeeper fired: grants what the paces of the lanes now due let through,
-    /// and forgets the unused lanes whose grants have left their window. The one step that looks at
-    /// every timed lane (once per timer, not once per change).
+    /// and forgets the unused lanes whose grants have left their window. It takes only the lanes due,
+    /// earliest first, from the timeline's heap.
     mutating func advance() -> [(UInt64, Waiter)] {
         let now = clock()
         // The timer armed last has fired (or is due, and will find nothing): another may be armed.
         if let armed, armed <= now { self.armed = nil }
         var granted: [(UInt64, Waiter)] = []
-        for (lane, due) in timed where due <= now {
-            timed[lane] = nil
+        // A lane timed again while this runs is timed later than `now` (a pace holds only a grant
+        // that is not due yet), so the loop ends.
+        while let lane = timed.popDue(at: now) {
             guard let record = lanes.record(for: lane) else { continue }
             grantFromHead(of: record, into: &granted)
         }
         lanes.shrinkIfSparse()
         // What is left is looked at again at its earliest time, unless a timer is armed already: every
         // entry timed since that timer was armed is later than it, or it was armed for that entry.
-        if armed == nil, let earliest = timed.values.min(), earliest < sooner ?? .max { sooner = earliest }
+        if armed == nil, let earliest = timed.earliest(), earliest < sooner ?? .max { sooner = earliest }
         return granted
     }
 
@@ -188,7 +189,7 @@ struct ClaimTable<Waiter> {
     /// earlier time (a pace may have changed). A time before the armed timer's is kept for
     /// ``deadlineToArm()``: no step scans the timed lanes to find it.
     private mutating func time(_ lane: Lane, at due: UInt64) {
-        timed[lane] = due
+        timed.set(lane, at: due)
         if due < armed ?? .max, due < sooner ?? .max { sooner = due }
     }
 
@@ -216,7 +217,7 @@ struct ClaimTable<Waiter> {
         // Its paced lanes still cooling go too: a scope made later at the same address must not find
         // their grants.
         for record in lanes.records where record.lane.name.scope == scope && record.state.isUnused {
-            timed[record.lane] = nil
+            timed.remove(record.lane)
             lanes.remove(record)
         }
         lanes.shrinkIfSparse()
@@ -393,6 +394,9 @@ struct ClaimTable<Waiter> {
 struct Pace: Hashable, Sendable {
     let count: Int
     let interval: UInt64
+
+    /// The window, as users give it.
+    var window: Duration { .nanoseconds(Int64(clamping: interval)) }
 }
 
 /// One line of exclusion: a category, in a scope, at one level of the composite tree. A child whose

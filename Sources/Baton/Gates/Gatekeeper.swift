@@ -73,9 +73,10 @@ enum Gatekeeper {
         table.withLock { $0.forgetLimits(of: scope) }
     }
 
-    /// The operations holding `lane`, oldest first.
-    static func holders(of lane: Lane) -> [AsyncOperation] {
-        table.withLock { $0.holders(of: lane).map(\.waiter.operation) }
+    /// The operations holding `lane`, oldest first, and its category's pace: what the live view says
+    /// of a wait for it, read in one step.
+    static func holdersAndPace(of lane: Lane) -> (holders: [AsyncOperation], pace: Pace?) {
+        table.withLock { ($0.holders(of: lane).map(\.waiter.operation), $0.pace(of: lane.name)) }
     }
 
     /// Whether nothing is held and nobody waits (tests check it once their operations finished).

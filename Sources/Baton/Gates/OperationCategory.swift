@@ -164,9 +164,7 @@ public final class ExclusivityScope: Sendable, Hashable, CustomStringConvertible
     /// - Parameter category: The category's name in this scope.
     /// - Returns: How many may start in any window, and the window.
     public func rate(of category: String) -> (count: Int, interval: Duration)? {
-        Gatekeeper.pace(of: Lane.Name(scope: ObjectIdentifier(self), category: category)).map { pace in
-            (pace.count, .nanoseconds(Int64(clamping: pace.interval)))
-        }
+        Gatekeeper.pace(of: Lane.Name(scope: ObjectIdentifier(self), category: category)).map { ($0.count, $0.window) }
     }
 
     /// When set, an operation that has waited for a category of this scope longer than this is
