@@ -264,7 +264,9 @@ final class LifecycleExplorationTests: XCTestCase {
     }
 
     private func deliverCancel(_ world: inout World) throws {
-        if world.inside != nil { throw Violation(description: "didCancel() while execute() runs") }
+        if world.inside != nil && !world.machine.cancelsAlongsideExecute {
+            throw Violation(description: "didCancel() while execute() runs")
+        }
         if world.executesEntered == 0 { throw Violation(description: "didCancel() before execute()") }
         world.didCancels += 1
         if world.didCancels > 1 { throw Violation(description: "didCancel() twice") }
@@ -357,9 +359,21 @@ final class LifecycleExplorationTests: XCTestCase {
     // MARK: - The exploration
 
     func testEveryInterleavingKeepsTheInvariants() throws {
+        try explore(from: World(), name: "lifecycle exploration")
+    }
+
+    /// A composite's machine: `didCancel()` may run while `execute()` does (it cancels the children
+    /// the composite is still launching), and every other invariant holds as for any operation.
+    func testEveryInterleavingOfACompositeKeepsTheInvariants() throws {
+        var world = World()
+        world.machine.cancelsAlongsideExecute = true
+        try explore(from: world, name: "composite lifecycle exploration")
+    }
+
+    private func explore(from start: World, name: String) throws {
         let depth = ProcessInfo.processInfo.environment["BATON_EXPLORATION_DEPTH"].flatMap(Int.init) ?? 9
-        var layer: [World: Double] = [World(): 1]
-        var traces: [World: [Event]] = [World(): []]
+        var layer: [World: Double] = [start: 1]
+        var traces: [World: [Event]] = [start: []]
         var states = 1
         var transitions = 0
         var paths = 1.0
@@ -401,7 +415,7 @@ final class LifecycleExplorationTests: XCTestCase {
             traces = nextTraces
         }
         print(
-            "lifecycle exploration: depth \(depth), \(states) states, \(transitions) transitions, "
+            "\(name): depth \(depth), \(states) states, \(transitions) transitions, "
                 + "\(String(format: "%.3g", paths)) event orders of length \(depth), \(finishedWorlds) finished states; invariants hold"
         )
         XCTAssertGreaterThan(states, 10_000)
@@ -476,6 +490,26 @@ final class LifecycleExplorationTests: XCTestCase {
         XCTAssertEqual(machine.rerun(), .none)
         XCTAssertEqual(machine.executeReturned(generation: try XCTUnwrap(inside.inside)), .finish)
         XCTAssertEqual(machine.decided, .timedOut)
+    }
+
+    /// A composite cancelled while its `execute()` launches children is told at once (its children
+    /// are cancelled before `cancel()` returns), once: not again when `execute()` returns. A plain
+    /// operation's cancellation waits for `execute()` to return.
+    func testACompositeIsToldOfACancelWhileItStillExecutesAndOnlyThen() throws {
+        var composite = World()
+        composite.machine.cancelsAlongsideExecute = true
+        for (start, expected) in [(World(), 0), (composite, 1)] {
+            var world = start
+            for event in [Event.queueStart(skip: nil), .startAnnounced(timer: false), .cancel] {
+                let next = try apply(event, to: world)
+                try check(next, after: world, event: event)
+                world = next
+            }
+            XCTAssertEqual(world.didCancels, expected)
+            world = try apply(.executeReturned, to: world)
+            XCTAssertEqual(world.didCancels, 1, "didCancel() is delivered once, when execute() returns at the latest")
+            XCTAssertNil(world.machine.decided, "the subclass (the composite, once its children end) finishes")
+        }
     }
 
     /// Defect 7: a wait that ends early takes its registration with it.

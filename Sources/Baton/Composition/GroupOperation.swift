@@ -11,7 +11,8 @@ import Foundation
 /// - Children's errors are collected (``errors``); if any child failed, the group fails with
 ///   ``BatonError/childrenFailed(group:errors:)``. A child that was cancelled on its own is not a failure.
 /// - ``GroupFailurePolicy/cancelSiblingsOnFailure`` cancels the other children at the first failure.
-/// - Cancelling the group cancels every child; the group then finishes cancelled once they have.
+/// - Cancelling the group cancels every child before `cancel()` returns, even while the group is still
+///   launching them; the group then finishes cancelled once they have.
 /// - Children can be added while the group runs (``addChild(_:)``). An empty group succeeds at once.
 /// - ``suspend()`` stops the group from starting new children; ``resume()`` continues.
 /// - ``progress`` counts the finished children (a composite child counts as one unit).
@@ -52,6 +53,7 @@ open class GroupOperation: AsyncOperation, ProgressReporting, @unchecked Sendabl
             maxConcurrentOperationCount: maxConcurrentOperationCount,
             keepsFinishedChildren: keepsFinishedChildren)
         super.init()
+        cancelsChildrenAlongsideExecute()
         group.owner = self
     }
 

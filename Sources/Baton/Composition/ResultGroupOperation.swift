@@ -48,6 +48,7 @@ public final class ResultGroupOperation<Element: Sendable>: ResultOperation<[Ele
             maxConcurrentOperationCount: maxConcurrentOperationCount,
             keepsFinishedChildren: keepsFinishedChildren)
         super.init()
+        cancelsChildrenAlongsideExecute()
         group.owner = self
     }
 

@@ -136,6 +136,7 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
         self.decide = decide
         self.makeAttempt = makeAttempt
         super.init()
+        cancelsChildrenAlongsideExecute()
         queue.owner = self
         self.attempts.withLock { $0.progress.total = Int64(max(maximumAttempts, 0)) }
     }

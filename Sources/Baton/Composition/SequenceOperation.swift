@@ -128,6 +128,7 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
         steps.progress.total = Int64(operations.count)
         self.steps = Mutex(steps)
         super.init()
+        cancelsChildrenAlongsideExecute()
         queue.owner = self
     }
 
@@ -157,6 +158,7 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
         steps.progress.total = 1
         self.steps = Mutex(steps)
         super.init()
+        cancelsChildrenAlongsideExecute()
         queue.owner = self
     }
 

@@ -48,6 +48,7 @@ public final class TreeOperation<Input: Sendable>: AsyncOperation, ProgressRepor
         concurrencyProblem = ChildGroup.problem(maxConcurrentOperationCount: maxConcurrentOperationCount)
         run = TreeRun(maxConcurrentOperationCount: maxConcurrentOperationCount, valid: concurrencyProblem == nil)
         super.init()
+        cancelsChildrenAlongsideExecute()
         run.queue.owner = self
     }
 

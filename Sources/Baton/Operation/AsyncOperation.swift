@@ -53,6 +53,14 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         }
     }
 
+    /// Called from a composite's `init`: a cancellation that arrives while the composite's
+    /// `execute()` is still launching children reaches `didCancel()` at once, so every child is
+    /// cancelled before `cancel()` returns (see `Lifecycle.cancelsAlongsideExecute`). Only for
+    /// composites whose `execute()` and `didCancel()` are Baton's own and safe to run together.
+    final func cancelsChildrenAlongsideExecute() {
+        core.withLock { $0.life.cancelsAlongsideExecute = true }
+    }
+
     /// The type a record of this operation shows: a stand-in records as the operation it runs.
     var recordedType: Any.Type { type(of: self) }
     /// Whether this operation's finish ends its record (a chain's stand-in for a Foundation operation
@@ -310,8 +318,9 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     /// (a queue's barrier) still points to it. Starting, it finishes cancelled without entering
     /// ``execute()``. Executing, ``didCancel()`` tells the subclass, which then finishes; if
     /// ``execute()`` is still running on the thread that started the operation, ``didCancel()`` is
-    /// called when it returns (the two never overlap). Finished, or with its outcome already decided,
-    /// it does nothing.
+    /// called when it returns (the two never overlap). Baton's own composites are the exception: their
+    /// children are cancelled before this returns, even while the composite is launching them.
+    /// Finished, or with its outcome already decided, it does nothing.
     public final override func cancel() {
         if let target = cancellationTarget {
             target.cancelHeld()

@@ -112,6 +112,13 @@ struct Lifecycle<Result: LifecycleOutcome> {
     /// The waits registered and not yet resumed or released.
     private(set) var waits = Tokens()
     private var nextToken: UInt64 = 0
+    /// `didCancel()` may run while `execute()` does: set for Baton's composites, whose `execute()`
+    /// launches children and whose `didCancel()` cancels them, both under the composite's own lock.
+    /// A cancellation that arrives while the composite is still launching then reaches every child
+    /// before `cancel()` returns, instead of when `execute()` returns (by then a child launched
+    /// meanwhile may have entered its own `execute()`). A subclass's code never runs this way: each
+    /// composite's `execute()` and `didCancel()` are Baton's and cannot be overridden.
+    var cancelsAlongsideExecute = false
 
     // MARK: - Reading
 
@@ -319,6 +326,9 @@ struct Lifecycle<Result: LifecycleOutcome> {
         guard case .executing(let call) = phase else { return .none }
         switch call {
         case .idle:
+            return .deliverCancel
+        case .inside where cancelsAlongsideExecute:
+            // A rerun owed (composites never rerun) still ends it cancelled when `execute()` returns.
             return .deliverCancel
         case .inside(let generation, _, let rerunOwed):
             phase = .executing(.inside(generation: generation, cancelOwed: true, rerunOwed: rerunOwed))

@@ -48,6 +48,7 @@ public final class Parallel<Input: Sendable, Output: Sendable>: ResultOperation<
             name: "Parallel", children: part.operations, failurePolicy: failurePolicy,
             maxConcurrentOperationCount: maxConcurrentOperationCount, keepsFinishedChildren: false)
         super.init()
+        cancelsChildrenAlongsideExecute()
         group.owner = self
         if let input { storeInput(input) }
     }
