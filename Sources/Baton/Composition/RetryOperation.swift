@@ -56,6 +56,9 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
         var phase = Phase.attempting
         /// `didCancel()` ran: a failed attempt being handled now must not start a wait.
         var cancelRequested = false
+        /// The timer of the wait before the next attempt: cancelled when the retry ends during the
+        /// wait, so a long delay keeps nothing alive after the retry.
+        var delay: Deadlines.Timer?
         var progress = ProgressCount()
     }
 
@@ -254,22 +257,39 @@ public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, Pr
             case .endCancelled: return end { $0.finish() }
             case .wait: break
             }
-            DispatchQueue.global().asyncAfter(deadline: wait.deadlineFromNow) { [weak self] in
-                guard let self, self.attempts.withLock({ $0.phase == .waiting }) else { return }
-                self.launch(attempt: number + 1)
+            let delay = Deadlines.after(wait) { [weak self] in
+                guard let self else { return }
+                let due = self.attempts.withLock { attempts -> Bool in
+                    guard attempts.phase == .waiting else { return false }
+                    attempts.delay = nil
+                    return true
+                }
+                if due { self.launch(attempt: number + 1) }
             }
+            // Kept for `end` to cancel, unless this wait is over already (the retry ended, or the
+            // timer fired and the next attempt started).
+            let kept = attempts.withLock { attempts -> Bool in
+                guard attempts.phase == .waiting, attempts.count == number else { return false }
+                attempts.delay = delay
+                return true
+            }
+            if !kept { delay.cancel() }
         }
     }
 
     /// Ends the retry once, whichever of an attempt, a cancellation or a timer gets here first.
     private func end(_ finishing: (RetryOperation<Output>) -> Void) {
-        let (first, last) = attempts.withLock { attempts -> (Bool, Operation?) in
-            guard attempts.phase != .done else { return (false, nil) }
+        let (first, last, delay) = attempts.withLock { attempts -> (Bool, Operation?, Deadlines.Timer?) in
+            guard attempts.phase != .done else { return (false, nil, nil) }
             attempts.phase = .done
-            defer { attempts.current = nil }
-            return (true, attempts.current)
+            defer {
+                attempts.current = nil
+                attempts.delay = nil
+            }
+            return (true, attempts.current, attempts.delay)
         }
         guard first else { return }
+        delay?.cancel()
         finishing(self)
         // The last attempt is let go here, outside the lock (it may be a composite with work to free).
         withExtendedLifetime(last) {}

@@ -27,6 +27,9 @@ final class OperationGate {
     @exclusivity(unchecked) var categoriesSince: UInt64 = 0
     /// How many announcements of `isReady` are under way: a read they make does not announce again.
     @exclusivity(unchecked) var announcing = 0
+    /// The timer that reports a wait for a category longer than its scope's threshold: cancelled when
+    /// the operation finishes, so a long threshold keeps nothing alive after it.
+    @exclusivity(unchecked) var slowWaitWatch: Deadlines.Timer?
 }
 
 // Both getters are `mutating`: they are only read under the lock, on the state in place. `State` holds
@@ -480,26 +483,39 @@ extension AsyncOperation {
             }
         }
         guard let threshold = smallest else { return }
-        DispatchQueue.global().asyncAfter(deadline: threshold.deadlineFromNow) { [weak self] in
+        let watch = Deadlines.after(threshold) { [weak self] in
             guard let self else { return }
             let stillWaiting = self.core.withLock { $0.gate?.admission.stage == .waiting(token) }
             if stillWaiting { Diagnostics.report(.waitedLongForCategory, self) }
         }
+        // Kept for `releaseGate()` to cancel, unless the wait is over already (it may have been
+        // granted, or the operation finished, before the watch was set).
+        let (kept, replaced) = core.withLock { state -> (Bool, Deadlines.Timer?) in
+            guard let gate = state.gate, gate.admission.stage == .waiting(token) else { return (false, nil) }
+            defer { gate.slowWaitWatch = watch }
+            return (true, gate.slowWaitWatch)
+        }
+        // The watch of an earlier wait of this operation is over: this one replaces it.
+        replaced?.cancel()
+        if !kept { watch.cancel() }
     }
 
     // MARK: - Cancelling and finishing
 
     /// The operation finished: what the gate held (or still asked for) is given back.
     func releaseGate() {
-        let (release, lanes, evaluation): (Admission.Release, [Lane], Evaluation?) = core.withLock { state in
-            guard let gate = state.gate else { return (.none, [], nil) }
+        let (release, lanes, evaluation, watch): (Admission.Release, [Lane], Evaluation?, Deadlines.Timer?) = core.withLock {
+            state in
+            guard let gate = state.gate else { return (.none, [], nil, nil) }
             defer {
                 gate.evaluation = nil
                 gate.launchTarget = nil
+                gate.slowWaitWatch = nil
             }
             let held = gate.held
-            return (gate.admission.finish(), held, gate.evaluation)
+            return (gate.admission.finish(), held, gate.evaluation, gate.slowWaitWatch)
         }
+        watch?.cancel()
         // An evaluation taken out of the gate is abandoned, whatever the gate's stage: a cancellation
         // refuses the gate in one step and takes the evaluation in the next, and a finish that lands
         // between them (the queue starts the refused operation at once) takes it here instead. It was
