@@ -95,6 +95,80 @@ final class CompositeCancelTests: BatonTestCase {
         for step in later { XCTAssertEqual(step.executed.value, 0) }
     }
 
+    /// A second `cancel()` that lands while the first is still cancelling the children (held here
+    /// in the first child's `didCancel()`, which the group's cancellation runs) returns with every
+    /// child cancelled too: it cancels them itself rather than find the flag set and return.
+    func testASecondCancelReturnsWithEveryChildCancelledWhileTheFirstIsStillCancellingThem() {
+        final class Idle: AsyncOperation, @unchecked Sendable {
+            let executed = Gate()
+            let inDidCancel = Gate()
+            let proceed = Gate()
+            override func execute() { executed.open() }
+            override func didCancel() {
+                inDidCancel.open()
+                proceed.wait()
+                finish()
+            }
+        }
+        let idle = Idle()
+        let later = [Child(), Child()]
+        let group = GroupOperation(operations: [idle] + later, maxConcurrentOperationCount: 1)
+        OperationQueue().addOperation(group)
+        guard idle.executed.wait() else { return }
+        let firstReturned = Gate()
+        DispatchQueue.global().async {
+            group.cancel()
+            firstReturned.open()
+        }
+        guard idle.inDidCancel.wait() else { return }
+        group.cancel()
+        for child in later { XCTAssertTrue(child.isCancelled, "the second cancel() returned before the children were") }
+        idle.proceed.open()
+        firstReturned.wait()
+        waitFinished(group)
+        XCTAssertTrue(group.isCancelled)
+        for child in later { XCTAssertEqual(child.executed.value, 0) }
+    }
+
+    /// The composite's timeout marks it cancelled under its lock, reports the timeout, then cancels
+    /// the children: a user's `cancel()` in between (held here in the diagnostics handler) returns
+    /// with every child cancelled, while the composite is still launching them. Found by an
+    /// adversarial round: before, that `cancel()` found the flag set and returned at once, and every
+    /// child executed after it.
+    func testACancelWhileTheTimeoutIsCancellingTheCompositeReturnsWithEveryChildCancelled() {
+        let launching = Launching()
+        let children = (0..<4).map { _ in Child() }
+        let group = GroupOperation(operations: [launching] + children)
+        group.timeout = .milliseconds(50)
+        let recorder = FlightRecorder()
+        recorder.attach(to: group)
+        let reported = Gate()
+        let release = Gate()
+        let previous = Diagnostics.handler
+        Diagnostics.handler = { diagnostic in
+            if diagnostic.kind == .timedOut, diagnostic.operation.operation === group {
+                reported.open()
+                release.wait()
+            }
+            previous(diagnostic)
+        }
+        defer { Diagnostics.handler = previous }
+        launching.armed.mutate { $0 = true }
+        OperationQueue().addOperation(group)
+        guard launching.reached.wait(), reported.wait() else { return }
+        group.cancel()
+        XCTAssertTrue(launching.isCancelled)
+        for child in children { XCTAssertTrue(child.isCancelled, "cancel() returned before the children were cancelled") }
+        launching.proceed.open()
+        release.open()
+        waitFinished(group)
+        XCTAssertFalse(launching.ran.value)
+        for child in children { XCTAssertEqual(child.executed.value, 0) }
+        guard case .failed(BatonError.timedOut)? = group.outcome else {
+            return XCTFail("the timeout decided first: \(String(describing: group.outcome))")
+        }
+    }
+
     /// A plain subclass keeps the rule that `didCancel()` never overlaps `execute()`: a cancel that
     /// arrives while `execute()` runs reaches `didCancel()` when it returns.
     func testAPlainOperationIsStillToldOfACancelOnlyAfterExecuteReturns() {

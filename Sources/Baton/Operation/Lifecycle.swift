@@ -116,8 +116,11 @@ struct Lifecycle<Result: LifecycleOutcome> {
     /// launches children and whose `didCancel()` cancels them, both under the composite's own lock.
     /// A cancellation that arrives while the composite is still launching then reaches every child
     /// before `cancel()` returns, instead of when `execute()` returns (by then a child launched
-    /// meanwhile may have entered its own `execute()`). A subclass's code never runs this way: each
-    /// composite's `execute()` and `didCancel()` are Baton's and cannot be overridden.
+    /// meanwhile may have entered its own `execute()`). Every later `cancel()` while it executes
+    /// delivers `didCancel()` again (it is idempotent): a caller whose `cancel()` finds another
+    /// cancellation still on its way (a timeout's) returns with the children cancelled too. A
+    /// subclass's code never runs this way: each composite's `execute()` and `didCancel()` are
+    /// Baton's and cannot be overridden.
     var cancelsAlongsideExecute = false
 
     // MARK: - Reading
@@ -321,7 +324,15 @@ struct Lifecycle<Result: LifecycleOutcome> {
     }
 
     mutating func cancel() -> CancelAction {
-        guard !isDecided, !cancelRequested else { return .none }
+        guard !isDecided else { return .none }
+        if cancelRequested {
+            // A composite's cancellation may still be on its way to the children on another thread
+            // (a timeout's, or another caller's): this caller cancels them too, so that every
+            // `cancel()` returns with the children cancelled. A composite's `didCancel()` only
+            // cancels what is not cancelled yet, so a second delivery changes nothing else.
+            guard cancelsAlongsideExecute, case .executing = phase else { return .none }
+            return .deliverCancel
+        }
         cancelRequested = true
         guard case .executing(let call) = phase else { return .none }
         switch call {
