@@ -27,6 +27,27 @@ final class CompositeCancelTests: BatonTestCase {
         }
     }
 
+    /// Runs `body` from inside whichever of `children` runs first, on its thread; the others run
+    /// nothing extra.
+    private static func whenTheFirstRuns(of children: [Child], _ body: @escaping @Sendable () -> Void) {
+        let first = Locked(true)
+        for child in children {
+            child.whenRun {
+                let isFirst = first.mutate { first -> Bool in
+                    defer { first = false }
+                    return first
+                }
+                if isFirst { body() }
+            }
+        }
+    }
+
+    /// The children that neither read as cancelled or finished nor have run: read in this order, a
+    /// child whose success is decided but not yet announced reads neither, and has run already.
+    private static func untouched(_ children: [Child]) -> [Child] {
+        children.filter { !$0.isCancelled && !$0.isFinished && $0.executed.value == 0 }
+    }
+
     /// A Foundation child that holds the thread reading its `name` once it is armed: a recorded
     /// composite reads it as it launches its children, from inside its own `execute()`, so the test
     /// can cancel the composite exactly while it launches.
@@ -216,25 +237,14 @@ final class CompositeCancelTests: BatonTestCase {
             let cancelled = DispatchSemaphore(value: 0)
             let untouched = Locked<[Child]>([])
             // From inside the first child to run: the composite has begun launching.
-            let first = Locked(true)
-            for child in children {
-                child.whenRun {
-                    let isFirst = first.mutate { first -> Bool in
-                        defer { first = false }
-                        return first
-                    }
-                    guard isFirst else { return }
-                    // Half from the child's own thread, half from another.
-                    let cancel: @Sendable () -> Void = {
-                        composite.cancel()
-                        // Read in this order: a child whose success is decided but not yet
-                        // announced reads neither cancelled nor finished, and has executed already.
-                        let left = children.filter { !$0.isCancelled && !$0.isFinished && $0.executed.value == 0 }
-                        untouched.mutate { $0 = left }
-                        cancelled.signal()
-                    }
-                    if trial % 4 < 2 { cancel() } else { DispatchQueue.global().async(execute: cancel) }
+            Self.whenTheFirstRuns(of: children) {
+                // Half from the child's own thread, half from another.
+                let cancel: @Sendable () -> Void = {
+                    composite.cancel()
+                    untouched.mutate { $0 = Self.untouched(children) }
+                    cancelled.signal()
                 }
+                if trial % 4 < 2 { cancel() } else { DispatchQueue.global().async(execute: cancel) }
             }
             let queue = OperationQueue()
             queue.addOperation(composite)
@@ -253,6 +263,44 @@ final class CompositeCancelTests: BatonTestCase {
         XCTAssertEqual(unfinished.value, 0, "composites not cancelled or not finished in time")
         XCTAssertEqual(uncancelledGroupChildren.value, 0, "groups with a child neither cancelled nor finished after cancel()")
         XCTAssertEqual(lateEntries.value, 0, "composites with a child that entered execute() after cancel() returned")
+    }
+
+    /// Composites nested 100 deep (groups and sequences alternating, beyond the trampoline's 64
+    /// nested steps), cancelled at the top from inside a leaf at the bottom, on the leaf's thread, while
+    /// the innermost group may still be launching: when the top's `cancel()` returns, every other leaf
+    /// is cancelled, finished or has run already, and none runs later. Every level finishes cancelled.
+    func testACancelFromTheBottomOfAHundredLevelsReachesEveryLeafBeforeItReturns() {
+        let trials = 60
+        let late = Locked(0)
+        let unfinished = Locked(0)
+        DispatchQueue.concurrentPerform(iterations: trials) { _ in
+            let leaves = (0..<8).map { _ in Child() }
+            var levels: [AsyncOperation] = [GroupOperation(operations: leaves)]
+            for depth in 1..<100 {
+                let inner = levels[levels.count - 1]
+                levels.append(
+                    depth.isMultiple(of: 2)
+                        ? GroupOperation(operations: [inner]) : SequenceOperation<Void>(operations: [inner]))
+            }
+            let top = levels[levels.count - 1]
+            let untouched = Locked<[Child]?>(nil)
+            Self.whenTheFirstRuns(of: leaves) {
+                top.cancel()
+                untouched.mutate { $0 = Self.untouched(leaves) }
+            }
+            let finished = DispatchSemaphore(value: 0)
+            top.observeCompletionForTests { finished.signal() }
+            OperationQueue().addOperation(top)
+            guard finished.wait(timeout: .now() + testTimeout) == .success else {
+                unfinished.increment()
+                return
+            }
+            if untouched.value?.isEmpty != true || !levels.allSatisfy({ $0.isFinished && $0.isCancelled }) {
+                late.increment()
+            }
+        }
+        XCTAssertEqual(unfinished.value, 0, "nests not finished in time")
+        XCTAssertEqual(late.value, 0, "nests with a leaf left uncancelled by cancel(), or a level not cancelled")
     }
 
     // MARK: - Callbacks that cancel the composite from inside its own `execute()`, on its thread

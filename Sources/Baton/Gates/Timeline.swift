@@ -10,7 +10,13 @@
 struct Timeline {
     /// When each timed lane is to be looked at again.
     private(set) var due: [Lane: UInt64] = [:]
-    private var heap: [(time: UInt64, lane: Lane)] = []
+    private var heap = MinHeap<Entry>()
+
+    private struct Entry: HeapEntry {
+        let time: UInt64
+        let lane: Lane
+        var heapKey: UInt64 { time }
+    }
 
     /// How many entries the heap holds, stale ones included (a test seam).
     var heapCount: Int { heap.count }
@@ -18,7 +24,7 @@ struct Timeline {
     /// Times `lane` for `time`, replacing any earlier time.
     mutating func set(_ lane: Lane, at time: UInt64) {
         guard due.updateValue(time, forKey: lane) != time else { return }
-        push((time, lane))
+        heap.insert(Entry(time: time, lane: lane))
         compactIfStale()
     }
 
@@ -31,7 +37,7 @@ struct Timeline {
     /// Takes out a lane whose time is `now` or earlier, if there is one.
     mutating func popDue(at now: UInt64) -> Lane? {
         while let top = heap.first, top.time <= now {
-            popTop()
+            heap.remove(at: 0)
             if due[top.lane] == top.time {
                 due[top.lane] = nil
                 return top.lane
@@ -42,45 +48,12 @@ struct Timeline {
 
     /// The earliest time of a timed lane.
     mutating func earliest() -> UInt64? {
-        while let top = heap.first, due[top.lane] != top.time { popTop() }
+        while let top = heap.first, due[top.lane] != top.time { heap.remove(at: 0) }
         return heap.first?.time
     }
 
     private mutating func compactIfStale() {
         guard heap.count > 2 * due.count + 16 else { return }
-        heap = due.map { (time: $0.value, lane: $0.key) }
-        // Floyd's construction: linear.
-        for index in stride(from: heap.count / 2 - 1, through: 0, by: -1) { siftDown(index) }
-    }
-
-    private mutating func push(_ entry: (time: UInt64, lane: Lane)) {
-        heap.append(entry)
-        var child = heap.count - 1
-        while child > 0 {
-            let parent = (child - 1) / 2
-            guard heap[child].time < heap[parent].time else { return }
-            heap.swapAt(child, parent)
-            child = parent
-        }
-    }
-
-    private mutating func popTop() {
-        let last = heap.removeLast()
-        guard !heap.isEmpty else { return }
-        heap[0] = last
-        siftDown(0)
-    }
-
-    private mutating func siftDown(_ start: Int) {
-        var parent = start
-        while true {
-            let left = 2 * parent + 1
-            guard left < heap.count else { return }
-            let right = left + 1
-            let child = right < heap.count && heap[right].time < heap[left].time ? right : left
-            guard heap[child].time < heap[parent].time else { return }
-            heap.swapAt(child, parent)
-            parent = child
-        }
+        heap = MinHeap(due.map { Entry(time: $0.value, lane: $0.key) })
     }
 }

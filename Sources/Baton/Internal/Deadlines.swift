@@ -16,7 +16,7 @@ import Dispatch
 /// `asyncAfter`'s did: a handler may start an operation and run its `execute()`.
 enum Deadlines {
     /// A scheduled timer: ``cancel()`` it when the wait it guards ends first.
-    final class Timer: @unchecked Sendable {
+    final class Timer: HeapEntry, @unchecked Sendable {
         /// When it is due, in `DispatchTime` nanoseconds.
         let deadline: UInt64
         // Read and written only under the heap's lock.
@@ -31,6 +31,9 @@ enum Deadlines {
             self.handler = handler
         }
 
+        var heapKey: UInt64 { deadline }
+        func moved(to index: Int) { self.index = index }
+
         /// Takes the timer out of the heap, and drops its handler, unless it is due already. `true`:
         /// its handler will never run; `false`: it ran, or is on its way (or the timer was cancelled).
         @discardableResult
@@ -41,7 +44,7 @@ enum Deadlines {
 
     /// The heap, and the source with the deadline it is armed for.
     struct State {
-        var heap: ContiguousArray<Timer> = []
+        private(set) var heap = MinHeap<Timer>()
         /// What the source is armed for (`UInt64.max`: nothing).
         var armed = UInt64.max
         /// The one source, on a serial queue of its own, made with the first timer. Armed only here,
@@ -68,9 +71,7 @@ enum Deadlines {
         var count: Int { heap.count }
 
         mutating func insert(_ timer: Timer) {
-            timer.index = heap.count
-            heap.append(timer)
-            siftUp(heap.count - 1)
+            heap.insert(timer)
         }
 
         /// Takes `timer` out; `false` when it had left already.
@@ -78,14 +79,9 @@ enum Deadlines {
         mutating func remove(_ timer: Timer) -> Bool {
             let index = timer.index
             guard index >= 0 else { return false }
+            heap.remove(at: index)
             timer.index = -1
             timer.handler = nil
-            let last = heap.removeLast()
-            guard index < heap.count else { return true }
-            heap[index] = last
-            last.index = index
-            siftDown(index)
-            siftUp(last.index)
             return true
         }
 
@@ -97,35 +93,6 @@ enum Deadlines {
                 remove(first)
             }
             return due
-        }
-
-        private mutating func siftUp(_ start: Int) {
-            var child = start
-            while child > 0 {
-                let parent = (child - 1) / 2
-                guard heap[child].deadline < heap[parent].deadline else { return }
-                swapAt(child, parent)
-                child = parent
-            }
-        }
-
-        private mutating func siftDown(_ start: Int) {
-            var parent = start
-            while true {
-                let left = 2 * parent + 1
-                guard left < heap.count else { return }
-                let right = left + 1
-                let child = right < heap.count && heap[right].deadline < heap[left].deadline ? right : left
-                guard heap[child].deadline < heap[parent].deadline else { return }
-                swapAt(child, parent)
-                parent = child
-            }
-        }
-
-        private mutating func swapAt(_ i: Int, _ j: Int) {
-            heap.swapAt(i, j)
-            heap[i].index = i
-            heap[j].index = j
         }
     }
 
