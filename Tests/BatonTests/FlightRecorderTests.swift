@@ -387,4 +387,91 @@ final class FlightRecorderTests: BatonTestCase {
         XCTAssertEqual(groupIDs.count, 8)
         XCTAssertTrue(records.filter { $0.kind == .operation }.allSatisfy { groupIDs.contains($0.parentID ?? -1) })
     }
+    // MARK: - Kinds and threads, found without a lookup
+
+    /// Each of Baton's composites (and a subclass of one) records as a composite; a plain operation,
+    /// a subclass of it, and a Foundation operation in a group record as operations.
+    func testEveryCompositeRecordsAsACompositeAndEveryOtherOperationAsAnOperation() throws {
+        final class Subgroup: GroupOperation, @unchecked Sendable {}
+        final class Doubling: TransformOperation<Int, Int>, @unchecked Sendable {
+            override func execute() { finish(with: input! * 2) }
+        }
+        let recorder = FlightRecorder()
+        let leaf = { (name: String) -> AsyncBlockOperation in
+            let operation = AsyncBlockOperation { $0.finish() }
+            operation.name = name
+            return operation
+        }
+        let tree = TreeOperation(
+            root: TreeNode<Int, Int>("root", items: { _ in [1] }) { value in ResultBlockOperation { $0.finish(with: value) } },
+            input: 0)
+        let composites: [(String, AsyncOperation)] = [
+            ("GroupOperation", GroupOperation(operations: [leaf("g")])),
+            ("Subgroup", Subgroup(operations: [leaf("s")])),
+            ("SequenceOperation", SequenceOperation<Void>(operations: [leaf("q")])),
+            ("ResultGroupOperation", ResultGroupOperation<Int>(operations: [ResultBlockOperation { $0.finish(with: 1) }])),
+            (
+                "RetryOperation",
+                RetryOperation<Void>(maximumAttempts: 1) { _ in ResultBlockOperation<Void> { $0.finish(with: ()) } }
+            ),
+            ("TreeOperation", tree),
+            ("Parallel", Parallel(input: 1) { Doubling() }),
+        ]
+        for (label, composite) in composites {
+            composite.name = label
+            recorder.attach(to: composite)
+            try composite.run(timeout: .seconds(testTimeout))
+        }
+        let plain = leaf("plain")
+        recorder.attach(to: plain)
+        try plain.run(timeout: .seconds(testTimeout))
+
+        let records = recorder.records
+        for (label, _) in composites {
+            let record = try XCTUnwrap(records.first { $0.name == label }, label)
+            XCTAssertEqual(record.kind, .composite, label)
+            XCTAssertTrue(records.contains { $0.parentID == record.id }, "\(label) records its children")
+            for child in records where child.parentID == record.id {
+                XCTAssertEqual(child.kind, .operation, "\(label)'s child \(child.label)")
+            }
+        }
+        XCTAssertEqual(records.first { $0.name == "plain" }?.kind, .operation)
+    }
+
+    /// Threads are numbered in the order they first start an operation, one number each, also when
+    /// more threads take turns than the recorder keeps at hand (8): each keeps its number.
+    func testEachThreadKeepsOneNumberWhenManyTakeTurns() throws {
+        let recorder = FlightRecorder()
+        let threads = 12
+        let rounds = 5
+        let operations = (0..<threads).map { _ in (0..<rounds).map { _ in AsyncBlockOperation { $0.finish() } } }
+        for row in operations { for operation in row { recorder.attach(to: operation) } }
+        // Twelve threads alive throughout, each starting one operation per round, the rounds one after
+        // another: every round brings back threads the recorder has not seen recently.
+        let go = (0..<threads).map { _ in DispatchSemaphore(value: 0) }
+        let started = DispatchSemaphore(value: 0)
+        for thread in 0..<threads {
+            Thread {
+                for round in 0..<rounds {
+                    guard go[thread].wait(timeout: .now() + testTimeout) == .success else { return }
+                    operations[thread][round].start()
+                    started.signal()
+                }
+            }.start()
+        }
+        for round in 0..<rounds {
+            for thread in (0..<threads).shuffled() {
+                go[thread].signal()
+                XCTAssertEqual(started.wait(timeout: .now() + testTimeout), .success, "round \(round)")
+            }
+        }
+        let records = Dictionary(uniqueKeysWithValues: recorder.records.map { ($0.id, $0) })
+        var numbers = [Int]()
+        for (thread, row) in operations.enumerated() {
+            let seen = Set(row.map { records[$0.recording!.id]?.thread })
+            XCTAssertEqual(seen.count, 1, "thread \(thread) had numbers \(seen)")
+            numbers.append(try XCTUnwrap(seen.first ?? nil))
+        }
+        XCTAssertEqual(Set(numbers), Set(1...threads), "one number a thread, none given to two")
+    }
 }

@@ -27,6 +27,8 @@ import Foundation
 /// Subclass it (TWGOperations' style) to add children in `init` and to react to each child in
 /// ``childDidFinish(_:)``. Groups and sequences nest in each other to any depth.
 open class GroupOperation: AsyncOperation, ProgressReporting, @unchecked Sendable {
+    override class var recordsAsComposite: Bool { true }
+
     let group: ChildGroup
 
     /// Creates a group.

@@ -17,6 +17,8 @@ import Foundation
 /// It keeps only what its output needs: each child's output is taken as the child finishes, and the
 /// child is let go (unless `keepsFinishedChildren`).
 public final class ResultGroupOperation<Element: Sendable>: ResultOperation<[Element]>, ProgressReporting, @unchecked Sendable {
+    override class var recordsAsComposite: Bool { true }
+
     let group: ChildGroup
     /// The finished children's outputs by position, and whether a child finished without one.
     private let collected = Mutex(Collected())

@@ -27,6 +27,8 @@ import Foundation
 ///   attempt only, and nothing during the delay before the next one. Create it with `keepsFinishedChildren: true` to keep every attempt for
 ///   ``attemptsMade``.
 public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, ProgressReporting, @unchecked Sendable {
+    override class var recordsAsComposite: Bool { true }
+
     /// The total number of attempts allowed.
     public let maximumAttempts: Int
     /// After a failed attempt: whether to try again, and after how long.

@@ -32,6 +32,8 @@ import Foundation
 /// the children afterwards (``children``, ``childOutcomes``), create it with
 /// `keepsFinishedChildren: true`.
 open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, ProgressReporting, @unchecked Sendable {
+    override class var recordsAsComposite: Bool { true }
+
     private enum Source {
         case list
         case generator(next: @Sendable (Operation) -> Operation?)

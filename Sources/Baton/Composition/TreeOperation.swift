@@ -21,6 +21,8 @@ import Foundation
 ///   ``TreeNode/window`` operations in flight and makes the next as one finishes, taking its items
 ///   lazily from the sequence its mapping returned.
 public final class TreeOperation<Input: Sendable>: AsyncOperation, ProgressReporting, @unchecked Sendable {
+    override class var recordsAsComposite: Bool { true }
+
     private let root: AnyTreeNode<Input>
     private let input: Input
     private let run: TreeRun

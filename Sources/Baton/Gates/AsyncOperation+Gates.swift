@@ -167,6 +167,7 @@ extension AsyncOperation {
         let enqueued = FoundationQueueState.isEnqueued(self)
         let inQueue = enqueued ?? true
         var reannounce = false
+        var claim: Claim?
         let action: Admission.Action? = core.withLock { state in
             guard let gate = state.gate else { return nil }
             if gate.admission.isPassed {
@@ -182,7 +183,9 @@ extension AsyncOperation {
                 return nil
             }
             guard inQueue, gate.admission.isClosed, state.life.isPending else { return Admission.Action.none }
-            return begin(gate, path: .announce, settled: state.isCancelled || state.life.early != nil)
+            let action = begin(gate, path: .announce, settled: state.isCancelled || state.life.early != nil)
+            if case .request = action { claim = Claim(gate, &state) }
+            return action
         }
         switch action {
         case nil:
@@ -197,7 +200,7 @@ extension AsyncOperation {
             // without scheduling, so the change is announced too, off this thread: announced here, it
             // would make the queue walk (and re-read) every operation still to be re-read, once per
             // operation.
-            guard request(token, goingOn: true) else { return false }
+            guard request(token, claim, goingOn: true) else { return false }
             DispatchQueue.global().async { self.announceReady() }
             return true
         case let action?:
@@ -217,13 +220,16 @@ extension AsyncOperation {
         let dependencies = self.dependencies
         guard dependencies.allSatisfy(\.isFinished) else { return true }
         let verdict = dependencyVerdict(policy, of: dependencies)
-        let action: Admission.Action = core.withLock { state in
-            guard let gate = state.gate, gate.admission.isClosed else { return .none }
+        let (action, claim): (Admission.Action, Claim?) = core.withLock { state in
+            guard let gate = state.gate, gate.admission.isClosed else { return (.none, nil) }
             gate.launchTarget = queue
             let settled = verdict != nil || state.isCancelled || state.life.early != nil
-            return begin(gate, path: .launch, settled: settled)
+            let action = begin(gate, path: .launch, settled: settled)
+            guard case .request = action else { return (action, nil) }
+            return (action, Claim(gate, &state))
         }
         // Refused at once, or a request granted at once, comes back as `proceed`: added in this call.
+        if case .request(let token) = action { return request(token, claim, goingOn: true) }
         return action == .none || perform(action, goingOn: true)
     }
 
@@ -372,14 +378,29 @@ extension AsyncOperation {
 
     // MARK: - Categories
 
-    /// Asks for the categories; granted at once, the gate opens on this thread.
-    private func request(_ token: UInt64, goingOn: Bool) -> Bool {
-        let (categories, parent) = core.withLock { state in
-            (state.gate?.categories ?? [], state.compositeQueue)
+    /// What a request for the categories starts from, read in the step that decided to ask (one lock
+    /// less per claim than reading it again).
+    struct Claim {
+        let categories: [OperationCategory]
+        /// The queue of the composite the operation is launched in, if any: its owner may lend them.
+        let parent: ChildQueue?
+
+        init(_ gate: OperationGate, _ state: inout State) {
+            categories = gate.categories
+            parent = state.compositeQueue
         }
+    }
+
+    /// Asks for the categories (`claim`: read when the request was decided; read here when `nil`);
+    /// granted at once, the gate opens on this thread.
+    private func request(_ token: UInt64, _ decided: consuming Claim? = nil, goingOn: Bool) -> Bool {
+        guard let claim = decided.take() ?? core.withLock({ state in state.gate.map { Claim($0, &state) } }) else {
+            return false
+        }
+        let categories = claim.categories
         let lanes: [Lane]
         do throws(HoldAndWait) {
-            lanes = try Self.lanes(for: categories, under: parent?.owner)
+            lanes = try Self.lanes(for: categories, under: claim.parent?.owner)
         } catch {
             let (category, holder, held) = (error.category, error.holder, error.held)
             let error = BatonError.wouldDeadlock(
@@ -397,6 +418,8 @@ extension AsyncOperation {
         enum Asked {
             case stale, waiting
             case granted(Admission.Action)
+            /// Granted on the launch path: the queue to add it to, taken in the same step.
+            case launch(OperationQueue?)
         }
         // Asked under the operation's lock, so that a cancellation either comes first (and nothing is
         // asked) or finds the request in the table to withdraw. The one nesting of the two locks: an
@@ -408,7 +431,10 @@ extension AsyncOperation {
                 gate.categoriesSince = DispatchTime.now().uptimeNanoseconds
                 return .waiting
             }
-            return .granted(gate.admission.granted(token))
+            let action = gate.admission.granted(token)
+            guard action == .proceed(.launch) else { return .granted(action) }
+            defer { gate.launchTarget = nil }
+            return .launch(gate.launchTarget)
         }
         switch asked {
         case .stale:
@@ -419,6 +445,12 @@ extension AsyncOperation {
             return false
         case .granted(let action):
             return perform(action, goingOn: goingOn)
+        case .launch(let queue):
+            // What `proceed(.launch)` does, with the target it would have taken.
+            guard let queue else { return false }
+            if goingOn { return true }
+            queue.addOperation(self)
+            return false
         }
     }
 

@@ -59,7 +59,13 @@ public final class FlightRecorder: Sendable {
         var lastID = 0
         var dropped = 0
         var typeNames: [ObjectIdentifier: String] = [:]
+        /// The type recorded last and its name: most records follow one of the same type (a group's
+        /// children, a chain's stages), found without hashing.
+        var lastType: (id: ObjectIdentifier, name: String)?
         var threads: [UInt: Int] = [:]
+        /// The threads that started an operation last, with their numbers, looked at before `threads`:
+        /// a pool's few workers, found without hashing.
+        var recentThreads: [(key: UInt, number: Int)] = []
         /// Operations waiting at their gate, by record id, for the live text tree.
         var waiting: [Int: WeakWaiter] = [:]
     }
@@ -199,35 +205,43 @@ public final class FlightRecorder: Sendable {
         return storage.withLock { storage in
             storage.lastID += 1
             let typeName: String
-            if let known = storage.typeNames[typeID] {
+            if let last = storage.lastType, last.id == typeID {
+                typeName = last.name
+            } else if let known = storage.typeNames[typeID] {
                 typeName = known
+                storage.lastType = (typeID, known)
             } else {
                 typeName = kind == .chain ? "Chain" : String(describing: type)
                 storage.typeNames[typeID] = typeName
+                storage.lastType = (typeID, typeName)
             }
             var record = FlightRecord(id: storage.lastID, kind: kind, typeName: typeName)
             record.name = name
             record.enqueuedAt = time
             record.observesStart = observesStart
             if let placement { record.place(placement) }
+            let id = record.id
             if storage.ring.count < capacity {
                 storage.ring.append(record, capacity: capacity)
             } else {
-                storage.ring.change((record.id - 1) % capacity) { $0 = record }
+                storage.ring.replace((id - 1) % capacity, with: record)
                 storage.dropped += 1
             }
-            return record.id
+            return id
         }
     }
 
     /// Updates a record (if it is still kept).
     private func update(_ id: Int, _ change: (inout FlightRecord) -> Void) {
-        storage.withLock { storage in
-            let slot = (id - 1) % capacity
-            guard slot < storage.ring.count else { return }
-            storage.ring.change(slot) { record in
-                if record.id == id { change(&record) }
-            }
+        storage.withLock { storage in update(id, in: &storage, change) }
+    }
+
+    /// Updates a record (if it is still kept), under the lock.
+    private func update(_ id: Int, in storage: inout Storage, _ change: (inout FlightRecord) -> Void) {
+        let slot = (id - 1) % capacity
+        guard slot < storage.ring.count else { return }
+        storage.ring.change(slot) { record in
+            if record.id == id { change(&record) }
         }
     }
 
@@ -245,13 +259,7 @@ public final class FlightRecorder: Sendable {
         let time = now()
         let thread = Self.currentThreadKey()
         storage.withLock { storage in
-            let number: Int
-            if let known = storage.threads[thread] {
-                number = known
-            } else {
-                number = storage.threads.count + 1
-                storage.threads[thread] = number
-            }
+            let number = Self.number(of: thread, in: &storage)
             let slot = (id - 1) % capacity
             guard slot < storage.ring.count else { return }
             storage.ring.change(slot) { record in
@@ -287,14 +295,31 @@ public final class FlightRecorder: Sendable {
     /// The operation (or chain) finished with `status`.
     func finished(_ id: Int, status: FlightRecord.Status, name: String?) {
         let time = now()
+        // One lock: the operation stops waiting (if it did) and its record ends.
         storage.withLock { storage in
             if !storage.waiting.isEmpty { storage.waiting[id] = nil }
+            update(id, in: &storage) { record in
+                record.finishedAt = time
+                record.status = status
+                if let name { record.name = name }
+            }
         }
-        update(id) { record in
-            record.finishedAt = time
-            record.status = status
-            if let name { record.name = name }
+    }
+
+    /// The number of `thread`, in the order threads first started an operation here.
+    private static func number(of thread: UInt, in storage: inout Storage) -> Int {
+        if let recent = storage.recentThreads.first(where: { $0.key == thread }) { return recent.number }
+        let number: Int
+        if let known = storage.threads[thread] {
+            number = known
+        } else {
+            number = storage.threads.count + 1
+            storage.threads[thread] = number
         }
+        // A few of them: a pool's workers take turns; a thread seen long ago goes back to the table.
+        if storage.recentThreads.count == 8 { storage.recentThreads.removeFirst() }
+        storage.recentThreads.append((thread, number))
+        return number
     }
 
     /// The records, in chunks: growing never copies the records already kept.
@@ -310,6 +335,10 @@ public final class FlightRecorder: Sendable {
             }
             chunks[chunks.count - 1].append(record)
             count += 1
+        }
+
+        mutating func replace(_ slot: Int, with record: FlightRecord) {
+            chunks[slot / Self.chunkSize][slot % Self.chunkSize] = record
         }
 
         mutating func change(_ slot: Int, _ body: (inout FlightRecord) -> Void) {

@@ -166,9 +166,6 @@ final class Recording: Sendable {
     }
 }
 
-/// A Baton operation that runs children: recorded as ``FlightRecord/Kind/composite``.
-protocol RecordedComposite: AnyObject {}
-
 /// How an operation records: one state, in the operation's state behind its lock.
 enum RecorderLink: Sendable {
     /// Not recorded.
@@ -226,7 +223,7 @@ extension AsyncOperation {
         let made = Recording(
             recorder: recorder,
             id: recorder.register(
-                kind: self is RecordedComposite ? .composite : .operation, type: recordedType, name: recordedName,
+                kind: type(of: self).recordsAsComposite ? .composite : .operation, type: recordedType, name: recordedName,
                 placement: placement, enqueued: enqueued))
         // Attached from two threads at once, the first stays and the other record is never updated.
         return core.withLock { state in
@@ -273,10 +270,3 @@ extension AsyncOperation {
         }
     }
 }
-
-extension GroupOperation: RecordedComposite {}
-extension ResultGroupOperation: RecordedComposite {}
-extension Parallel: RecordedComposite {}
-extension SequenceOperation: RecordedComposite {}
-extension RetryOperation: RecordedComposite {}
-extension TreeOperation: RecordedComposite {}

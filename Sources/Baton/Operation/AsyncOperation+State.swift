@@ -48,6 +48,11 @@ extension AsyncOperation {
 
         var isCancelled: Bool { life.cancelRequested }
 
+        /// A new operation's state, recording as `recorderLink` says.
+        init(recorderLink: RecorderLink) {
+            self.recorderLink = recorderLink
+        }
+
         /// Takes out what is told of a decided outcome.
         mutating func takeOutcomeListeners(executed: Bool) -> Telling {
             let telling = Telling(

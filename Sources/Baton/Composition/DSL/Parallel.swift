@@ -22,6 +22,8 @@ import Foundation
 public final class Parallel<Input: Sendable, Output: Sendable>: ResultOperation<Output>, ProgressReporting,
     @unchecked Sendable
 {
+    override class var recordsAsComposite: Bool { true }
+
     let group: ChildGroup
     private let assemble: @Sendable (ChildOutcomes) throws -> Output
     /// The finished children's outcomes, by position.
