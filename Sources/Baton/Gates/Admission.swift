@@ -48,6 +48,11 @@ struct Admission: Hashable {
         case withdraw(UInt64, then: Path)
         /// A grant arrived for a request that was cancelled: give the categories back.
         case giveBack
+        /// The operation could not start when its categories were granted (or were about to be asked
+        /// for): nothing is held, the gate is closed again and begins anew when the operation's queue
+        /// next considers it. Along `path`: `launch` adds it to its queue, unready; `announce` tells
+        /// its queue its readiness changed.
+        case reopen(Path)
     }
 
     private(set) var stage = Stage.closed
@@ -109,6 +114,19 @@ struct Admission: Hashable {
         guard stage == .waiting(token) else { return .none }
         stage = .refused
         return .proceed(path)
+    }
+
+    /// The request of `token` was granted (or is about to be made) while the operation cannot start: a
+    /// dependency added while it waited has not finished, or the queue it is launched on is
+    /// suspended. Holding its categories there would keep them from every other claimant (and from
+    /// that dependency, if it claims one of them) for as long as it cannot start, so it gives them back
+    /// and the gate closes again: claims are taken when the operation is about to execute. Started by
+    /// hand, it goes on as granted (its `start()` was called).
+    mutating func declined(_ token: UInt64) -> Action {
+        guard stage == .waiting(token) else { return .giveBack }
+        guard path != .start else { return granted(token) }
+        stage = .closed
+        return .reopen(path)
     }
 
     /// The categories were granted to the request of `token`.

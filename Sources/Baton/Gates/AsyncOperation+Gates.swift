@@ -277,8 +277,34 @@ extension AsyncOperation {
             Gatekeeper.withdraw(self)
             recordWait(conditions: false)
             return proceed(path, goingOn: goingOn)
-        case .giveBack:
+        case .giveBack, .reopen:
             return false
+        }
+    }
+
+    /// Whether the operation could not start now even with its categories: a dependency has not
+    /// finished (one added while it waited), or the queue a Baton entry point launches it on is
+    /// suspended. Read outside the operation's lock: Foundation's locks are never taken under it.
+    /// (A plain queue's suspension cannot be read: Foundation does not say which queue holds an
+    /// operation.)
+    private func cannotStartNow() -> Bool {
+        if dependencies.contains(where: { !$0.isFinished }) { return true }
+        return core.withLock { $0.gate?.launchTarget }?.isSuspended ?? false
+    }
+
+    /// The gate closed again (see `Admission.Action.reopen`), holding nothing. Along the launch path
+    /// the operation is added to its queue unready, to begin again when the queue considers it (when
+    /// its dependencies have finished, or the queue resumes). Along the announce path its queue is
+    /// told that its readiness changed: the queue may have read it for the last time (as a
+    /// dependency finished) while the gate was still deciding.
+    private func reopen(_ path: Admission.Path) {
+        switch path {
+        case .launch:
+            takeLaunchTarget()?.addOperation(self)
+        case .announce:
+            DispatchQueue.global().async { self.announceReady() }
+        case .start:
+            break
         }
     }
 
@@ -318,7 +344,13 @@ extension AsyncOperation {
             gate.evaluation = evaluation
             return (gate.conditions, state.targetQueue ?? Gatekeeper.fallbackQueue)
         }
-        guard let started else { return }
+        guard var started else { return }
+        // A produced dependency is shared by every operation that waits on its condition, so it is no
+        // composite's child: it runs on the queue of the outermost composite (or its own queue
+        // outside any), where no composite lends it categories and none finishes without it.
+        while let composite = started.queue as? ChildQueue {
+            started.queue = composite.owner?.core.withLock({ $0.targetQueue }) ?? Gatekeeper.fallbackQueue
+        }
         let context = ConditionContext(operation: self)
         let allSatisfied = Countdown(events: started.conditions.count) { [weak self] in
             self?.conditionsAnswered(token, nil, evaluation)
@@ -394,6 +426,9 @@ extension AsyncOperation {
     /// Asks for the categories (`claim`: read when the request was decided; read here when `nil`);
     /// granted at once, the gate opens on this thread.
     private func request(_ token: UInt64, _ decided: consuming Claim? = nil, goingOn: Bool) -> Bool {
+        // Going on, the caller has just seen that it can start (its queue read `isReady`, or a Baton
+        // entry point looked); otherwise the conditions took their time, and it is looked at again.
+        let blocked = goingOn ? false : cannotStartNow()
         guard let claim = decided.take() ?? core.withLock({ state in state.gate.map { Claim($0, &state) } }) else {
             return false
         }
@@ -417,6 +452,7 @@ extension AsyncOperation {
         }
         enum Asked {
             case stale, waiting
+            case reopened(Admission.Action)
             case granted(Admission.Action)
             /// Granted on the launch path: the queue to add it to, taken in the same step.
             case launch(OperationQueue?)
@@ -426,6 +462,7 @@ extension AsyncOperation {
         // operation's, then the table's; never the reverse.
         let asked: Asked = core.withLock { state in
             guard let gate = state.gate, gate.admission.stage == .waiting(token) else { return .stale }
+            if blocked && gate.admission.path != .start { return .reopened(gate.admission.declined(token)) }
             gate.lanes = lanes
             guard Gatekeeper.request(self, token: token, lanes: lanes) else {
                 gate.categoriesSince = DispatchTime.now().uptimeNanoseconds
@@ -438,6 +475,9 @@ extension AsyncOperation {
         }
         switch asked {
         case .stale:
+            return false
+        case .reopened(let action):
+            if case .reopen(let path) = action { reopen(path) }
             return false
         case .waiting:
             if let recording { recording.recorder.beganWaiting(recording.id, self) }
@@ -497,13 +537,25 @@ extension AsyncOperation {
     /// A grant for the request of `token` arrived. Returns the lanes to give back when the request was
     /// cancelled meanwhile; otherwise the gate is open and the operation goes on.
     func categoriesGranted(_ token: UInt64, lanes: [Lane]) -> [Lane]? {
+        let blocked = cannotStartNow()
         let action: Admission.Action = core.withLock { state in
-            state.gate?.admission.granted(token) ?? .giveBack
+            guard let gate = state.gate else { return .giveBack }
+            return blocked ? gate.admission.declined(token) : gate.admission.granted(token)
         }
-        if action == .giveBack { return lanes }
-        recordWait(conditions: false)
-        perform(action)
-        return nil
+        switch action {
+        case .giveBack:
+            return lanes
+        case .reopen(let path):
+            // Given back before the queue is offered it again: it holds nothing when it asks anew.
+            Gatekeeper.release(lanes, by: self)
+            recordWait(conditions: false)
+            reopen(path)
+            return nil
+        default:
+            recordWait(conditions: false)
+            perform(action)
+            return nil
+        }
     }
 
     private func watchForSlowWait(_ token: UInt64, categories: [OperationCategory]) {
