@@ -4,8 +4,8 @@ import XCTest
 
 /// Explores every order of gate events up to a bounded depth and checks the gate's invariants on every
 /// path. `Admission` is pure, so what the threads around a gate can do to it (a queue beginning it, a
-/// condition answering, the claim table granting a request, a dependency added or a queue suspended
-/// just before a grant is decided, a cancel, a finish) is fed one event at a time, in every order,
+/// condition answering, the claim table granting a request, a dependency added at any moment, a queue
+/// suspended just before a grant is decided, a cancel, a finish) is fed one event at a time, in every order,
 /// with no thread.
 ///
 /// The world models the claim table beside the machine: a request the machine returns is asked of the
@@ -20,7 +20,10 @@ import XCTest
 ///   there is at most one request under way;
 /// - each passage (from a begin out of `closed`) goes on along its path at most once, and a reopened
 ///   gate holds nothing and is begun anew;
-/// - a refused or released gate never opens, and a released one never changes.
+/// - a refused or released gate never opens, and a released one never changes;
+/// - the conditions are evaluated at most once, also when the gate begins anew;
+/// - while a dependency added before the operation started is unfinished, the gate is not open
+///   (unless the operation was started by hand), and an operation starts only through an open gate.
 final class AdmissionExplorationTests: XCTestCase {
     struct World: Hashable {
         var gate = Admission()
@@ -35,14 +38,21 @@ final class AdmissionExplorationTests: XCTestCase {
         var holds = false
         /// Conditions under evaluation, answered with this token.
         var evaluating: UInt64?
+        /// How often the conditions were asked to evaluate.
+        var evaluations = 0
         /// How often the current passage went on along its path.
         var proceeds = 0
         var finished = false
+        /// The operation started executing (only from an open gate).
+        var started = false
+        /// A dependency added to it has not finished: no queue begins its gate until it has.
+        var dependencyUnfinished = false
         // Budgets.
         var begins = 3
         var cancels = 1
         var finishes = 1
         var declines = 2
+        var dependenciesToAdd = 1
 
         init(hasConditions: Bool) { self.hasConditions = hasConditions }
     }
@@ -54,14 +64,23 @@ final class AdmissionExplorationTests: XCTestCase {
         case tableGrants(UInt64)
         case deliver(UInt64, blocked: Bool)
         case cancel, finish
+        case startExecuting, addDependency, dependencyFinishes
     }
 
     private func events(in world: World) -> [Event] {
         var events: [Event] = []
         if world.begins > 0 && !world.finished {
-            for path in [Admission.Path.announce, .launch, .start] { events.append(.begin(path, settled: false)) }
-            events.append(.begin(.announce, settled: true))
+            // A queue or a Baton entry point begins the gate only once the dependencies have finished;
+            // a start by hand, whenever it is called.
+            if !world.dependencyUnfinished {
+                for path in [Admission.Path.announce, .launch] { events.append(.begin(path, settled: false)) }
+                events.append(.begin(.announce, settled: true))
+            }
+            events.append(.begin(.start, settled: false))
         }
+        if world.gate.stage == .open && !world.started { events.append(.startExecuting) }
+        if world.dependenciesToAdd > 0 && !world.started && !world.finished { events.append(.addDependency) }
+        if world.dependencyUnfinished { events.append(.dependencyFinishes) }
         if world.evaluating != nil {
             events.append(.answer(satisfied: true))
             events.append(.answer(satisfied: false))
@@ -89,6 +108,7 @@ final class AdmissionExplorationTests: XCTestCase {
             break
         case .evaluate(let token):
             world.evaluating = token
+            world.evaluations += 1
         case .request(let token):
             XCTAssertNil(world.toAsk, "a second request before the first was asked")
             world.toAsk = token
@@ -104,6 +124,8 @@ final class AdmissionExplorationTests: XCTestCase {
             world.proceeds += 1
         case .giveBack, .reopen:
             break
+        case .revoke:
+            world.holds = false
         }
     }
 
@@ -119,8 +141,14 @@ final class AdmissionExplorationTests: XCTestCase {
             world.evaluating = nil
             perform(world.gate.answered(token, satisfied: satisfied), in: &world)
         case .ask:
-            world.inTable.insert(try XCTUnwrap(world.toAsk))
+            // As `request` does: a dependency added since the gate began declines before asking.
+            let token = try XCTUnwrap(world.toAsk)
             world.toAsk = nil
+            if world.gate.mustLookAgain && world.gate.path != .start {
+                perform(world.gate.declined(token), in: &world)
+            } else {
+                world.inTable.insert(token)
+            }
         case .refuseAsDeadlock:
             let token = try XCTUnwrap(world.toAsk)
             world.toAsk = nil
@@ -146,6 +174,15 @@ final class AdmissionExplorationTests: XCTestCase {
             default: XCTFail("a grant answered with \(action)")
             }
             perform(action, in: &world)
+        case .startExecuting:
+            world.started = true
+        case .addDependency:
+            world.dependenciesToAdd -= 1
+            world.dependencyUnfinished = true
+            // The shell tells the gate only while the operation has not started.
+            perform(world.gate.dependencyAdded(), in: &world)
+        case .dependencyFinishes:
+            world.dependencyUnfinished = false
         case .cancel:
             world.cancels -= 1
             perform(world.gate.cancel(), in: &world)
@@ -184,10 +221,18 @@ final class AdmissionExplorationTests: XCTestCase {
         switch old.gate.stage {
         case .refused: XCTAssertTrue(stage == .refused || stage == .released, context)
         case .released: XCTAssertEqual(stage, .released, context)
-        case .open: XCTAssertTrue(stage == .open || stage == .released, context)
+        case .open:
+            // Closed again only by a dependency added before the operation started.
+            let revoked = stage == .closed && event == .addDependency && !old.started
+            XCTAssertTrue(stage == .open || stage == .released || revoked, context)
         default: break
         }
         if world.finished { XCTAssertEqual(stage, .released, context) }
+        XCTAssertLessThanOrEqual(world.evaluations, 1, "conditions evaluated twice: \(context)")
+        if world.started { XCTAssertTrue(stage == .open || stage == .released, "started unadmitted: \(context)") }
+        if world.dependencyUnfinished && world.gate.path != .start && !world.started {
+            XCTAssertNotEqual(stage, .open, "open while a dependency runs: \(context)")
+        }
     }
 
     func testEveryOrderOfGateEventsKeepsTheGatesInvariants() throws {

@@ -8,6 +8,11 @@
 ///    │                  │ failed / not satisfied   │ cancel                  (lanes given back)
 ///    └──cancel──▶ refused ◀──────────────────────────┘   (withdrawn; a grant that raced is given back)
 /// ```
+///
+/// An operation that cannot start when its grant arrives (a dependency added since the gate began)
+/// declines it, and a dependency added once the gate is open (before the operation starts) revokes
+/// it: either way the gate goes back to `closed`, holding nothing, and begins anew when the
+/// operation's queue next considers it, with its categories only (its conditions answered already).
 struct Admission: Hashable {
     enum Stage: Hashable {
         /// Not begun: the operation waits for its dependencies, or for a queue to consider it.
@@ -53,10 +58,20 @@ struct Admission: Hashable {
         /// next considers it. Along `path`: `launch` adds it to its queue, unready; `announce` tells
         /// its queue its readiness changed.
         case reopen(Path)
+        /// A dependency that has not finished was added after the gate opened, before the operation
+        /// started: give back what it holds. The gate is closed again and begins anew when the
+        /// operation's queue next considers it (as that dependency finishes).
+        case revoke
     }
 
     private(set) var stage = Stage.closed
     private(set) var path = Path.announce
+    /// A dependency was added while the gate was in progress: whatever the answer, the operation may
+    /// not be able to start, so the next grant (or request) closes the gate again instead.
+    private(set) var mustLookAgain = false
+    /// The conditions answered `satisfied`: a gate begun anew (after a decline or a revoke) asks for
+    /// the categories at once. A condition is evaluated at most once per operation.
+    private var conditionsPassed = false
     private var nextToken: UInt64 = 0
 
     /// Whether `start()` may go on: the gate is passed, or will not be (the operation ends unexecuted).
@@ -80,13 +95,15 @@ struct Admission: Hashable {
         switch stage {
         case .closed:
             self.path = path
+            mustLookAgain = false
             if settled {
                 stage = .refused
                 return .proceed(path)
             }
             let token = mint()
-            stage = hasConditions ? .evaluating(token) : .waiting(token)
-            return hasConditions ? .evaluate(token) : .request(token)
+            let evaluates = hasConditions && !conditionsPassed
+            stage = evaluates ? .evaluating(token) : .waiting(token)
+            return evaluates ? .evaluate(token) : .request(token)
         case .evaluating, .waiting:
             // A start by hand while the gate is in progress: the start goes on once it opens.
             if path == .start { self.path = .start }
@@ -103,6 +120,7 @@ struct Admission: Hashable {
             stage = .refused
             return .proceed(path)
         }
+        conditionsPassed = true
         let next = mint()
         stage = .waiting(next)
         return .request(next)
@@ -117,8 +135,7 @@ struct Admission: Hashable {
     }
 
     /// The request of `token` was granted (or is about to be made) while the operation cannot start: a
-    /// dependency added while it waited has not finished, or the queue it is launched on is
-    /// suspended. Holding its categories there would keep them from every other claimant (and from
+    /// dependency added while it waited has not finished. Holding its categories there would keep them from every other claimant (and from
     /// that dependency, if it claims one of them) for as long as it cannot start, so it gives them back
     /// and the gate closes again: claims are taken when the operation is about to execute. Started by
     /// hand, it goes on as granted (its `start()` was called).
@@ -126,14 +143,36 @@ struct Admission: Hashable {
         guard stage == .waiting(token) else { return .giveBack }
         guard path != .start else { return granted(token) }
         stage = .closed
+        mustLookAgain = false
         return .reopen(path)
     }
 
-    /// The categories were granted to the request of `token`.
+    /// The categories were granted to the request of `token`. Declined instead when a dependency was
+    /// added since the gate began.
     mutating func granted(_ token: UInt64) -> Action {
         guard stage == .waiting(token) else { return .giveBack }
+        if mustLookAgain && path != .start { return declined(token) }
         stage = .open
         return .proceed(path)
+    }
+
+    /// A dependency that has not finished was added to the operation, which has not started (the
+    /// caller checks that under the same lock). While the gate is in progress, its answer is declined
+    /// when it comes; once open, the operation gives back what it holds at once: holding categories
+    /// while a dependency runs could keep that dependency from them for good. Started by hand, it goes
+    /// on regardless (its `start()` was called).
+    mutating func dependencyAdded() -> Action {
+        guard path != .start else { return .none }
+        switch stage {
+        case .evaluating, .waiting:
+            mustLookAgain = true
+            return .none
+        case .open:
+            stage = .closed
+            return .revoke
+        case .closed, .refused, .released:
+            return .none
+        }
     }
 
     /// The operation was cancelled.

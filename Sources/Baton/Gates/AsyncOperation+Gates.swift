@@ -277,27 +277,41 @@ extension AsyncOperation {
             Gatekeeper.withdraw(self)
             recordWait(conditions: false)
             return proceed(path, goingOn: goingOn)
-        case .giveBack, .reopen:
+        case .giveBack, .reopen, .revoke:
             return false
         }
     }
 
     /// Whether the operation could not start now even with its categories: a dependency has not
-    /// finished (one added while it waited), or the queue a Baton entry point launches it on is
-    /// suspended. Read outside the operation's lock: Foundation's locks are never taken under it.
-    /// (A plain queue's suspension cannot be read: Foundation does not say which queue holds an
-    /// operation.)
+    /// finished (one added while it waited). Read outside the operation's lock: Foundation's locks
+    /// are never taken under it. (A suspended queue is not looked at: Foundation does not say which
+    /// queue holds an operation, and a composite's children declined one by one would all be put in
+    /// its suspended queue, where Foundation walks every one of them on each change.)
     private func cannotStartNow() -> Bool {
-        if dependencies.contains(where: { !$0.isFinished }) { return true }
-        return core.withLock { $0.gate?.launchTarget }?.isSuspended ?? false
+        dependencies.contains(where: { !$0.isFinished })
     }
 
-    /// The gate closed again (see `Admission.Action.reopen`), holding nothing. Along the launch path
-    /// the operation is added to its queue unready, to begin again when the queue considers it (when
-    /// its dependencies have finished, or the queue resumes). Along the announce path its queue is
+    /// A dependency was added with `addDependency(_:)`. One that has not finished keeps a gate in
+    /// progress from opening (its answer is declined when it comes), and takes back the categories
+    /// of an open gate whose operation has not started: they are given back at once, and the gate
+    /// begins anew when the operation's queue looks at it again, as that dependency finishes.
+    func gateNoteDependency(_ dependency: Operation) {
+        guard !dependency.isFinished else { return }
+        let revoked: [Lane]? = core.withLock { state in
+            guard let gate = state.gate, state.life.isPending, gate.admission.dependencyAdded() == .revoke else {
+                return nil
+            }
+            return gate.lanes
+        }
+        if let revoked { Gatekeeper.release(revoked, by: self) }
+    }
+
+    /// The gate closed again (see `Admission.Action.reopen`), holding nothing (what it was granted is
+    /// given back first). Along the launch path the operation is added to its queue unready, to begin
+    /// again when the queue considers it (when its dependencies have finished). Along the announce path its queue is
     /// told that its readiness changed: the queue may have read it for the last time (as a
     /// dependency finished) while the gate was still deciding.
-    private func reopen(_ path: Admission.Path) {
+    func reopenAfterDecline(_ path: Admission.Path) {
         switch path {
         case .launch:
             takeLaunchTarget()?.addOperation(self)
@@ -344,13 +358,7 @@ extension AsyncOperation {
             gate.evaluation = evaluation
             return (gate.conditions, state.targetQueue ?? Gatekeeper.fallbackQueue)
         }
-        guard var started else { return }
-        // A produced dependency is shared by every operation that waits on its condition, so it is no
-        // composite's child: it runs on the queue of the outermost composite (or its own queue
-        // outside any), where no composite lends it categories and none finishes without it.
-        while let composite = started.queue as? ChildQueue {
-            started.queue = composite.owner?.core.withLock({ $0.targetQueue }) ?? Gatekeeper.fallbackQueue
-        }
+        guard let started else { return }
         let context = ConditionContext(operation: self)
         let allSatisfied = Countdown(events: started.conditions.count) { [weak self] in
             self?.conditionsAnswered(token, nil, evaluation)
@@ -462,7 +470,9 @@ extension AsyncOperation {
         // operation's, then the table's; never the reverse.
         let asked: Asked = core.withLock { state in
             guard let gate = state.gate, gate.admission.stage == .waiting(token) else { return .stale }
-            if blocked && gate.admission.path != .start { return .reopened(gate.admission.declined(token)) }
+            if blocked || gate.admission.mustLookAgain, gate.admission.path != .start {
+                return .reopened(gate.admission.declined(token))
+            }
             gate.lanes = lanes
             guard Gatekeeper.request(self, token: token, lanes: lanes) else {
                 gate.categoriesSince = DispatchTime.now().uptimeNanoseconds
@@ -477,7 +487,7 @@ extension AsyncOperation {
         case .stale:
             return false
         case .reopened(let action):
-            if case .reopen(let path) = action { reopen(path) }
+            if case .reopen(let path) = action { reopenAfterDecline(path) }
             return false
         case .waiting:
             if let recording { recording.recorder.beganWaiting(recording.id, self) }
@@ -534,9 +544,20 @@ extension AsyncOperation {
         return categories.map { Lane(name: $0.laneName, under: 0) }
     }
 
-    /// A grant for the request of `token` arrived. Returns the lanes to give back when the request was
-    /// cancelled meanwhile; otherwise the gate is open and the operation goes on.
-    func categoriesGranted(_ token: UInt64, lanes: [Lane]) -> [Lane]? {
+    /// A grant the operation does not keep: the lanes to give back, and, when it declined the grant
+    /// because it cannot start, the path along which it goes on once they are given back.
+    struct UnkeptGrant {
+        let lanes: [Lane]
+        let reopen: Admission.Path?
+    }
+
+    /// A grant for the request of `token` arrived. Returns what to give back when the request was
+    /// cancelled meanwhile, or when the operation cannot start (a dependency added while it waited has
+    /// not finished); otherwise the gate is open and the operation goes on. The caller gives the lanes
+    /// back and only then reopens (`reopenAfterDecline`): it holds nothing when it asks anew, and a
+    /// line of claimants that decline one after another is worked through in the caller's loop, not
+    /// by recursing once per claimant.
+    func categoriesGranted(_ token: UInt64, lanes: [Lane]) -> UnkeptGrant? {
         let blocked = cannotStartNow()
         let action: Admission.Action = core.withLock { state in
             guard let gate = state.gate else { return .giveBack }
@@ -544,13 +565,10 @@ extension AsyncOperation {
         }
         switch action {
         case .giveBack:
-            return lanes
+            return UnkeptGrant(lanes: lanes, reopen: nil)
         case .reopen(let path):
-            // Given back before the queue is offered it again: it holds nothing when it asks anew.
-            Gatekeeper.release(lanes, by: self)
             recordWait(conditions: false)
-            reopen(path)
-            return nil
+            return UnkeptGrant(lanes: lanes, reopen: path)
         default:
             recordWait(conditions: false)
             perform(action)

@@ -187,47 +187,10 @@ final class Producer: Sendable {
             done(result)
         case .wait(let token):
             evaluation.onAbandon { self.detach(token) }
-            // Made by another waiter already: one that would wait for itself leaves at once. (One
-            // still being made is looked at by the waiter making it only; a waiter that arrives
-            // meanwhile and would wait for itself is ended by its condition's timeout.)
-            let running: Operation? = state.withLock { state in
-                if case .running(let operation?) = state.phase { return operation.value }
-                return nil
-            }
-            if let running, let refusal = Self.waitsForItself(context.operation, on: running, queue: queue) {
-                refuse(token, refusal, done)
-            }
         case .make(let token, let generation):
             evaluation.onAbandon { self.detach(token) }
-            let operation = make(context)
-            if let refusal = Self.waitsForItself(context.operation, on: operation, queue: queue) {
-                // Unless another waiter came meanwhile, it is never launched.
-                refuse(token, refusal, done)
-            }
-            launch(operation, generation: generation, on: queue)
+            launch(make(context), generation: generation, on: queue)
         }
-    }
-
-    /// Why `waiter` would wait for itself on `produced`, run on `queue`, or `nil`. A produced
-    /// operation is shared by every waiter, so it is nobody's child: it claims its categories at the
-    /// top, never lent by a composite. A composite above the waiter that holds one of them (limit 1)
-    /// would wait for the waiter, which would wait for the produced operation, which would wait for
-    /// the composite.
-    private static func waitsForItself(
-        _ waiter: AsyncOperation, on produced: Operation, queue: OperationQueue
-    )
-        -> BatonError?
-    {
-        guard let produced = produced as? AsyncOperation else { return nil }
-        let blocked = waiter.heldLanesUpward()
-        guard let reason = produced.categoryDeadlockReason(blocked: blocked, runningOn: queue) else { return nil }
-        return .wouldDeadlock(operation: produced.reference, reason: reason)
-    }
-
-    /// `token`'s waiter leaves without waiting: it is told `refusal`.
-    private func refuse(_ token: UInt64, _ refusal: BatonError, _ done: @Sendable (Result) -> Void) {
-        detach(token)
-        done(.failed(refusal))
     }
 
     private func launch(_ operation: Operation, generation: UInt64, on queue: OperationQueue) {

@@ -89,8 +89,9 @@ enum Gatekeeper {
         // instructions per grant, callgrind).
         var pending = granted
         while let (_, waiter) = pending.popLast() {
-            if let giveBack = waiter.operation.categoriesGranted(waiter.token, lanes: waiter.lanes) {
-                pending.append(contentsOf: change { $0.release(giveBack, by: waiter.operation.serialNumber) })
+            if let unkept = waiter.operation.categoriesGranted(waiter.token, lanes: waiter.lanes) {
+                pending.append(contentsOf: change { $0.release(unkept.lanes, by: waiter.operation.serialNumber) })
+                if let path = unkept.reopen { waiter.operation.reopenAfterDecline(path) }
             }
         }
     }

@@ -352,6 +352,15 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         core.withLock { $0.isCancelled }
     }
 
+    /// Makes the operation depend on `operation`, as Foundation does. Added while the operation's gate
+    /// (its conditions and categories) is under way, or passed but the operation has not started, it
+    /// also makes the gate begin again once `operation` has finished: an operation never holds its
+    /// categories while one of its dependencies runs. An override must call `super`.
+    open override func addDependency(_ operation: Operation) {
+        super.addDependency(operation)
+        gateNoteDependency(operation)
+    }
+
     /// Whether the operation may be started: its dependencies have finished and it has passed its gate
     /// (its conditions and categories; see ``addCondition(_:)`` and
     /// ``addExclusivity(_:)-(OperationCategory...)``).
