@@ -23,7 +23,9 @@ import XCTest
 /// - a refused or released gate never opens, and a released one never changes;
 /// - the conditions are evaluated at most once, also when the gate begins anew;
 /// - while a dependency added before the operation started is unfinished, the gate is not open
-///   (unless the operation was started by hand), and an operation starts only through an open gate.
+///   (unless the operation was started by hand, or its queue had already taken a worker for it), and
+///   an operation starts only through an open gate;
+/// - once its queue has taken a worker for it, an open gate stays open until it is released.
 final class AdmissionExplorationTests: XCTestCase {
     struct World: Hashable {
         var gate = Admission()
@@ -47,6 +49,9 @@ final class AdmissionExplorationTests: XCTestCase {
         var started = false
         /// A dependency added to it has not finished: no queue begins its gate until it has.
         var dependencyUnfinished = false
+        /// Its queue took a worker for it (the gate open, its dependencies finished as the queue last
+        /// read them): it will be started whatever `isReady` says from now on.
+        var dispatched = false
         // Budgets.
         var begins = 3
         var cancels = 1
@@ -64,7 +69,7 @@ final class AdmissionExplorationTests: XCTestCase {
         case tableGrants(UInt64)
         case deliver(UInt64, blocked: Bool)
         case cancel, finish
-        case startExecuting, addDependency, dependencyFinishes
+        case startExecuting, addDependency, dependencyFinishes, dispatch
     }
 
     private func events(in world: World) -> [Event] {
@@ -79,6 +84,11 @@ final class AdmissionExplorationTests: XCTestCase {
             events.append(.begin(.start, settled: false))
         }
         if world.gate.stage == .open && !world.started { events.append(.startExecuting) }
+        if world.gate.stage == .open && world.gate.path != .start && !world.dependencyUnfinished && !world.dispatched
+            && !world.started
+        {
+            events.append(.dispatch)
+        }
         if world.dependenciesToAdd > 0 && !world.started && !world.finished { events.append(.addDependency) }
         if world.dependencyUnfinished { events.append(.dependencyFinishes) }
         if world.evaluating != nil {
@@ -180,7 +190,9 @@ final class AdmissionExplorationTests: XCTestCase {
             world.dependenciesToAdd -= 1
             world.dependencyUnfinished = true
             // The shell tells the gate only while the operation has not started.
-            perform(world.gate.dependencyAdded(), in: &world)
+            perform(world.gate.dependencyAdded(dispatched: world.dispatched), in: &world)
+        case .dispatch:
+            world.dispatched = true
         case .dependencyFinishes:
             world.dependencyUnfinished = false
         case .cancel:
@@ -223,16 +235,18 @@ final class AdmissionExplorationTests: XCTestCase {
         case .released: XCTAssertEqual(stage, .released, context)
         case .open:
             // Closed again only by a dependency added before the operation started.
-            let revoked = stage == .closed && event == .addDependency && !old.started
+            let revoked = stage == .closed && event == .addDependency && !old.started && !old.dispatched
             XCTAssertTrue(stage == .open || stage == .released || revoked, context)
         default: break
         }
         if world.finished { XCTAssertEqual(stage, .released, context) }
         XCTAssertLessThanOrEqual(world.evaluations, 1, "conditions evaluated twice: \(context)")
         if world.started { XCTAssertTrue(stage == .open || stage == .released, "started unadmitted: \(context)") }
-        if world.dependencyUnfinished && world.gate.path != .start && !world.started {
+        if world.dependencyUnfinished && world.gate.path != .start && !world.started && !world.dispatched {
             XCTAssertNotEqual(stage, .open, "open while a dependency runs: \(context)")
         }
+        // Its queue will start it from the worker it took: it keeps what it holds until it finishes.
+        if world.dispatched { XCTAssertTrue(stage == .open || stage == .released, "dispatched, then closed: \(context)") }
     }
 
     func testEveryOrderOfGateEventsKeepsTheGatesInvariants() throws {

@@ -224,6 +224,49 @@ final class GateParkingAttackTests: BatonTestCase {
         XCTAssertTrue(eventually(timeout: testTimeout) { Gatekeeper.isIdle }, "something stays held")
     }
 
+    /// A dependency added to a granted operation that its queue has already dispatched (the queue
+    /// took a worker for it: the dependency came too late for the queue, as it would for any
+    /// operation) leaves the grant: given back, the operation would ask again from that worker, which
+    /// the next holder, behind it in the same serial queue, needs. The underlying dispatch queue is
+    /// held so that the operation stays dispatched, not yet started, while the dependency is added.
+    /// The hammer that found it (a group's children given late dependencies while the group was
+    /// suspended and resumed) hung in about one run in four.
+    func testADependencyAddedAfterTheQueueDispatchedTheOperationLeavesItsGrant() throws {
+        guard FoundationQueueState.isDispatched(BlockOperation {}) != nil else {
+            throw XCTSkip("Foundation's dispatch state cannot be read on this platform: the grant is taken back")
+        }
+        let x = OperationCategory("x", in: ExclusivityScope("attack-dispatched"))
+        let workers = DispatchQueue(label: "held workers")
+        workers.suspend()
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        queue.underlyingQueue = workers
+        let first = ManualOperation(name: "first")
+        try first.addExclusivity(x)
+        queue.addOperation(first)
+        XCTAssertTrue(
+            eventually(timeout: testTimeout) { FoundationQueueState.isDispatched(first) == true }, "never dispatched")
+        XCTAssertFalse(first.heldLanesUpward().isEmpty, "dispatched without X")
+        let late = ManualOperation(name: "late dependency")
+        first.addDependency(late)
+        XCTAssertFalse(first.heldLanesUpward().isEmpty, "gave X back from the worker its queue took for it")
+        let second = ManualOperation(name: "second")
+        try second.addExclusivity(x)
+        queue.addOperation(second)
+        // The queue has no worker free, so it does not read the second's readiness yet: read it here,
+        // as an observer would. Had the first given X back, the second would be granted it now.
+        _ = second.isReady
+        workers.resume()
+        let ran = first.started.wait()
+        XCTAssertTrue(ran, "deadlock: the first waits for X on the only worker, the second holds X behind it")
+        first.finish(with: 1)
+        XCTAssertTrue(second.started.wait(), "the second never ran")
+        second.finish(with: 2)
+        if !ran { for operation in [first, second] { operation.cancel() } }
+        for operation in [first, second] { waitFinished(operation, timeout: testTimeout) }
+        XCTAssertTrue(eventually(timeout: testTimeout) { Gatekeeper.isIdle }, "something stays held")
+    }
+
     /// The same race left to chance, many times: a claimant of X waits behind a holder; one thread
     /// adds a dependency that claims X (and enqueues it) while another finishes the holder, so the
     /// grant lands before, during or after the dependency is added, and the operation may be granted,

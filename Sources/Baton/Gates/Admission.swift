@@ -160,9 +160,11 @@ struct Admission: Hashable {
     /// caller checks that under the same lock). While the gate is in progress, its answer is declined
     /// when it comes; once open, the operation gives back what it holds at once: holding categories
     /// while a dependency runs could keep that dependency from them for good. Started by hand, it goes
-    /// on regardless (its `start()` was called).
-    mutating func dependencyAdded() -> Action {
-        guard path != .start else { return .none }
+    /// on regardless (its `start()` was called). `dispatched`: its queue has already taken a worker
+    /// for it (the dependency came too late for the queue, as it would for any operation), so it goes
+    /// on too: given back, it would ask again from that worker, which the holder it waits for may need.
+    mutating func dependencyAdded(dispatched: Bool = false) -> Action {
+        guard path != .start, !(dispatched && stage == .open) else { return .none }
         switch stage {
         case .evaluating, .waiting:
             mustLookAgain = true

@@ -298,7 +298,12 @@ extension AsyncOperation {
     func gateNoteDependency(_ dependency: Operation) {
         guard !dependency.isFinished else { return }
         let revoked: [Lane]? = core.withLock { state in
-            guard let gate = state.gate, state.life.isPending, gate.admission.dependencyAdded() == .revoke else {
+            // Foundation dispatches under its queue's lock from the readiness it cached, which
+            // `super.addDependency` has just set to `false`: not dispatched by now, it will not be
+            // until the queue reads `isReady` again.
+            guard let gate = state.gate, state.life.isPending,
+                gate.admission.dependencyAdded(dispatched: FoundationQueueState.isDispatched(self) == true) == .revoke
+            else {
                 return nil
             }
             return gate.lanes

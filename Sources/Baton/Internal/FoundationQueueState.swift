@@ -39,6 +39,17 @@ enum FoundationQueueState: Equatable {
         #endif
     }
 
+    /// Whether a queue has decided to start `operation` (dispatching it, or past that): it will call
+    /// `start()` whatever `isReady` says from now on; `nil` where Baton cannot read it.
+    static func isDispatched(_ operation: Operation) -> Bool? {
+        #if canImport(Darwin)
+        return nil
+        #else
+        guard let layout = Layout.shared else { return nil }
+        return layout.isDispatched(operation)
+        #endif
+    }
+
     /// The state of `operation`, or `nil` when Baton cannot read it on this platform.
     static func of(_ operation: Operation) -> FoundationQueueState? {
         #if canImport(Darwin)
@@ -82,6 +93,14 @@ enum FoundationQueueState: Equatable {
                 let base = UnsafeRawPointer(Unmanaged.passUnretained(operation).toOpaque())
                 let state = base.load(fromByteOffset: stateOffset, as: UInt8.self)
                 return state == 2 || state == 3
+            }
+        }
+
+        /// Dispatching (3) or past it: the queue took a worker for it under its lock.
+        func isDispatched(_ operation: Operation) -> Bool {
+            withExtendedLifetime(operation) {
+                let base = UnsafeRawPointer(Unmanaged.passUnretained(operation).toOpaque())
+                return base.load(fromByteOffset: stateOffset, as: UInt8.self) >= 3
             }
         }
 
