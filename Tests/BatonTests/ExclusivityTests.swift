@@ -40,6 +40,51 @@ final class ExclusivityTests: BatonTestCase {
         XCTAssertTrue(table.isIdle)
     }
 
+    /// A composite (id 10) holds x and lends it (lane x under 10) to something that outlives it, two
+    /// levels deep (a composite 20 under 10 lends x under 20 to 30): each lender's release while its
+    /// lent lane is in use is kept until that lane is unused, so x at the top is free only once the
+    /// last of them gives it back, and the outsider waiting for it is granted then, not before.
+    func testTheTableKeepsALendersHoldWhileItsLentLaneIsInUse() {
+        let name = Lane.Name(scope: ObjectIdentifier(ExclusivityScope.process), category: "x")
+        let top = Lane(name: name, under: 0)
+        let under10 = Lane(name: name, under: 10)
+        let under20 = Lane(name: name, under: 20)
+        var table = ClaimTable<String>()
+        XCTAssertTrue(table.request(10, lanes: [top], waiter: "composite"))
+        XCTAssertTrue(table.request(20, lanes: [under10], waiter: "inner composite"))
+        XCTAssertTrue(table.request(30, lanes: [under20], waiter: "lent to"))
+        XCTAssertFalse(table.request(31, lanes: [under20], waiter: "lent to, waiting"))
+        XCTAssertFalse(table.request(1, lanes: [top], waiter: "outsider"))
+        XCTAssertEqual(table.release([top], by: 10).count, 0, "x under 10 is in use: 10 keeps x")
+        XCTAssertEqual(table.release([under10], by: 20).count, 0, "x under 20 is in use: 20 keeps x under 10")
+        XCTAssertEqual(table.holders(of: top).map(\.waiter), ["composite"])
+        XCTAssertEqual(table.release([under20], by: 30).map(\.1), ["lent to, waiting"], "its sibling first")
+        XCTAssertEqual(table.withdraw(1)?.count, 0, "the outsider can still leave")
+        XCTAssertFalse(table.request(2, lanes: [top], waiter: "outsider again"))
+        XCTAssertEqual(
+            table.release([under20], by: 31).map(\.1), ["outsider again"],
+            "the last lent lane unused: 20 gives x under 10 back, then 10 gives x back, in the same step")
+        XCTAssertEqual(table.release([top], by: 2).count, 0)
+        XCTAssertTrue(table.isIdle)
+    }
+
+    /// A lender whose lent lane only has a withdrawn request left in it gives its hold back at once.
+    func testTheTableReleasesALenderWhoseLentLaneOnlyHadAWithdrawnRequest() {
+        let name = Lane.Name(scope: ObjectIdentifier(ExclusivityScope.process), category: "x")
+        let top = Lane(name: name, under: 0)
+        let lent = Lane(name: name, under: 10)
+        var table = ClaimTable<String>()
+        XCTAssertTrue(table.request(10, lanes: [top], waiter: "composite"))
+        XCTAssertTrue(table.request(11, lanes: [lent], waiter: "child"))
+        XCTAssertFalse(table.request(12, lanes: [lent], waiter: "sibling"))
+        XCTAssertFalse(table.request(1, lanes: [top], waiter: "outsider"))
+        XCTAssertEqual(table.withdraw(12)?.count, 0)
+        XCTAssertEqual(table.release([lent], by: 11).count, 0, "the composite still holds x")
+        XCTAssertEqual(table.release([top], by: 10).map(\.1), ["outsider"])
+        XCTAssertEqual(table.release([top], by: 1).count, 0)
+        XCTAssertTrue(table.isIdle)
+    }
+
     func testTheTableLetsAWithdrawnHeadsSuccessorThrough() {
         let scope = ObjectIdentifier(ExclusivityScope.process)
         let a = Lane(name: .init(scope: scope, category: "a"), under: 0)

@@ -191,6 +191,55 @@ final class GateParkingAttackTests: BatonTestCase {
         XCTAssertTrue(eventually(timeout: testTimeout) { weakProduced == nil }, "the produced operation was not freed")
     }
 
+    /// A group holding X lends it to the produced dependency made for its child (launched on the
+    /// group's queue, it claims X under the group). The child leaves (cancelled) while an outsider
+    /// still waits for the produced operation, so the group finishes with it still running: the group's
+    /// hold on X lasts until the produced operation gives X back, and a holder of X at the top waits
+    /// until then. The previous build gave X back as the group finished: both executed holding X.
+    func testAGroupThatFinishesWhileItsLentCategoryIsInUseKeepsItUntilThen() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("attack-lender-finishes"))
+        let meter = ConcurrencyMeter()
+        let made = Locked<[HeldClaimant]>([])
+        let condition = Condition(
+            "needs produced",
+            producing: { _ in
+                let produced = HeldClaimant(meter, name: "produced")
+                try? produced.addExclusivity(x)
+                made.mutate { $0.append(produced) }
+                return produced
+            }
+        ) { _, answer in answer(.satisfied) }
+        let child = AsyncBlockOperation { $0.finish() }
+        try child.addCondition(condition)
+        let group = GroupOperation(operations: [child])
+        group.name = "group"
+        try group.addExclusivity(x)
+        OperationQueue().addOperation(group)
+        XCTAssertTrue(eventually(timeout: testTimeout) { made.value.count == 1 })
+        guard let produced = made.value.first else { return }
+        XCTAssertTrue(produced.started.wait(timeout: testTimeout))
+        let outsider = AsyncBlockOperation { $0.finish() }
+        try outsider.addCondition(condition)
+        OperationQueue().addOperation(outsider)
+        XCTAssertTrue(eventually(timeout: testTimeout) { condition.producer?.waiterCount == 2 })
+        child.cancel()
+        waitFinished(group, timeout: testTimeout)
+        let holder = HeldClaimant(meter, name: "holder")
+        try holder.addExclusivity(x)
+        OperationQueue().addOperation(holder)
+        XCTAssertTrue(
+            eventually(timeout: testTimeout) { holder.gateWaitDescription()?.hasPrefix("waiting for 'x'") == true },
+            "the holder never waited for x: \(holder.gateWaitDescription() ?? "not waiting")")
+        XCTAssertEqual(holder.executions.value, 0, "x had two holders executing")
+        produced.release.signal()
+        XCTAssertTrue(holder.started.wait(timeout: testTimeout))
+        holder.release.signal()
+        for operation in [outsider, holder] { waitFinished(operation, timeout: testTimeout) }
+        XCTAssertEqual(outsider.outcome?.isSuccess, true, "\(String(describing: outsider.outcome))")
+        XCTAssertEqual(meter.most, 1)
+        XCTAssertTrue(eventually(timeout: testTimeout) { Gatekeeper.isIdle }, "something stays held")
+    }
+
     /// Granted while its plain queue is suspended (Foundation does not say which queue holds it, so it
     /// keeps the grant), an operation holding X is given a dependency that claims X. Holding X while
     /// that dependency runs would deadlock (the dependency waits for X, the operation for the

@@ -38,6 +38,10 @@ struct ClaimTable<Waiter> {
         /// oldest. Kept only under a pace.
         var recent: [UInt64] = []
         var nextRecent = 0
+        /// For a lane under a composite: the lane that composite holds, when it gave it back while this
+        /// one was still in use (see ``ClaimTable/release(_:by:)``). Given back for it once this one is
+        /// unused.
+        var lenderRelease: Lane?
 
         init(limit: Int, pace: Pace? = nil) {
             self.limit = limit
@@ -123,6 +127,9 @@ struct ClaimTable<Waiter> {
     /// (lazily, when each reaches the head of its line).
     private var withdrawn: [UInt64: Int] = [:]
     private var limits: [Lane.Name: Int] = [:]
+    /// How many lanes under a composite are in use: while none is, a release has no lent lane to look
+    /// for (one lookup less per release on the usual path).
+    private var lentLanes = 0
     /// Paces by name. While it is empty no lane has a pace, and every pace check is skipped without
     /// reading the lane's record (on the hot path, a record is usually cold in the cache).
     private var paces: [Lane.Name: Pace] = [:]
@@ -218,7 +225,7 @@ struct ClaimTable<Waiter> {
         // their grants.
         for record in lanes.records where record.lane.name.scope == scope && record.state.isUnused {
             timed.remove(record.lane)
-            lanes.remove(record)
+            remove(record)
         }
         lanes.shrinkIfSparse()
     }
@@ -246,6 +253,7 @@ struct ClaimTable<Waiter> {
                 // Made in its record, not copied into it (a copy and a destroy of the state cost about
                 // 450 instructions per uncontended claim, callgrind).
                 let record = lanes.insert(lane, LaneState(limit: limit(of: lane.name), pace: pace(of: lane.name)))
+                if lane.under != 0 { lentLanes += 1 }
                 record.state.holder = (id, waiter)
                 noteGrant(of: record)
                 return true
@@ -270,7 +278,7 @@ struct ClaimTable<Waiter> {
         }
         if !free { waiting[id] = Request(lanes: wanted, waiter: waiter) }
         for (index, lane) in wanted.enumerated() {
-            let record = records[index] ?? lanes.insert(lane, LaneState(limit: limit(of: lane.name), pace: pace(of: lane.name)))
+            let record = records[index] ?? insert(lane)
             records[index] = record
             if free {
                 record.state.addHolder(id, waiter)
@@ -288,10 +296,33 @@ struct ClaimTable<Waiter> {
         return free
     }
 
+    private mutating func insert(_ lane: Lane) -> LaneMap<LaneState>.Record {
+        if lane.under != 0 { lentLanes += 1 }
+        return lanes.insert(lane, LaneState(limit: limit(of: lane.name), pace: pace(of: lane.name)))
+    }
+
+    private mutating func remove(_ record: LaneMap<LaneState>.Record) {
+        if record.lane.under != 0 { lentLanes -= 1 }
+        lanes.remove(record)
+    }
+
     /// Gives back every lane `id` held; returns the requests this lets through.
+    ///
+    /// A lane that `id` lends (its lane of the same category under `id`, where its descendants claim
+    /// it) and that is still in use keeps `id`'s hold: `id` is a composite that finished while
+    /// something it lent the category to (a condition's produced operation launched on its queue)
+    /// still holds it or waits for it. The hold is given back once that lane is unused, so the
+    /// category never has more holders executing than its limit.
     mutating func release(_ held: [Lane], by id: UInt64) -> [(UInt64, Waiter)] {
         var granted: [(UInt64, Waiter)] = []
         for lane in held {
+            if lentLanes > 0, let lent = lanes.record(for: Lane(name: lane.name, under: id)) {
+                if !withdrawn.isEmpty { Self.skip(&withdrawn, in: &lent.state) }
+                if !lent.state.isUnused {
+                    lent.state.lenderRelease = lane
+                    continue
+                }
+            }
             guard let record = lanes.record(for: lane), record.state.removeHolder(id) else { continue }
             grantFromHead(of: record, into: &granted)
         }
@@ -343,13 +374,20 @@ struct ClaimTable<Waiter> {
             next = nil
             if !withdrawn.isEmpty { Self.skip(&withdrawn, in: &record.state) }
             if record.state.isUnused {
+                // A lent lane's lender finished while it was in use: its hold is given back now.
+                if let lender = record.state.lenderRelease {
+                    record.state.lenderRelease = nil
+                    if let held = lanes.record(for: lender), held.state.removeHolder(record.lane.under) {
+                        pending.append(held)
+                    }
+                }
                 // Nobody holds or wants it: forget it (lanes under a composite come and go with it),
                 // unless its pace still counts recent grants: then once they have left the window.
                 if !paces.isEmpty, record.state.pace != nil, case let cools = record.state.paceCools, cools > clock() {
                     time(record.lane, at: cools)
                     continue
                 }
-                lanes.remove(record)
+                remove(record)
                 continue
             }
             guard record.state.hasRoom, let id = record.state.first, let index = waiting.index(forKey: id) else {
