@@ -68,6 +68,27 @@ final class ExclusivityTests: BatonTestCase {
         XCTAssertTrue(table.isIdle)
     }
 
+    /// A claim found its lanes under a composite (lent from the composite's lane of the same name)
+    /// just before the composite gave that lane back: the table says the lender is gone, and nothing is
+    /// asked. While the composite's hold is kept for a lent lane in use, the lender is still there.
+    func testTheTableSaysWhenALenderHasLetGo() {
+        let name = Lane.Name(scope: ObjectIdentifier(ExclusivityScope.process), category: "x")
+        let top = Lane(name: name, under: 0)
+        let lent = Lane(name: name, under: 10, lender: 0)
+        var table = ClaimTable<String>()
+        XCTAssertTrue(table.lendersHold([top]), "a top lane has no lender")
+        XCTAssertFalse(table.lendersHold([lent]), "10 does not hold x")
+        XCTAssertTrue(table.request(10, lanes: [top], waiter: "composite"))
+        XCTAssertTrue(table.lendersHold([lent]))
+        XCTAssertTrue(table.request(11, lanes: [lent], waiter: "child"))
+        XCTAssertEqual(table.release([top], by: 10).count, 0)
+        XCTAssertTrue(table.lendersHold([lent]), "its hold is kept while the lent lane is in use")
+        XCTAssertEqual(table.release([lent], by: 11).count, 0)
+        XCTAssertFalse(table.lendersHold([lent]), "gone once the lent lane was unused")
+        XCTAssertFalse(table.lendersHold([Lane(name: name, under: 12, lender: 0)]), "12 never held it")
+        XCTAssertTrue(table.isIdle)
+    }
+
     /// A lender whose lent lane only has a withdrawn request left in it gives its hold back at once.
     func testTheTableReleasesALenderWhoseLentLaneOnlyHadAWithdrawnRequest() {
         let name = Lane.Name(scope: ObjectIdentifier(ExclusivityScope.process), category: "x")

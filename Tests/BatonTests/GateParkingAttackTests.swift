@@ -240,6 +240,58 @@ final class GateParkingAttackTests: BatonTestCase {
         XCTAssertTrue(eventually(timeout: testTimeout) { Gatekeeper.isIdle }, "something stays held")
     }
 
+    /// The same shape left to chance: the child leaves at a random moment around the produced
+    /// operation's gate (before, while or after it finds its lane under the group), so the group may
+    /// finish before the produced operation asks, while it waits, or while it runs; a holder of X at
+    /// the top asks as the group finishes. X never has two holders executing, every trial ends, and X
+    /// is free at the end.
+    func testALenderFinishingAroundItsLentClaimNeverLetsTwoHoldersExecute() throws {
+        let trials = Int(ProcessInfo.processInfo.environment["GATE_ATTACK_TRIALS"] ?? "") ?? 200
+        for trial in 0..<trials {
+            let x = OperationCategory("x", in: ExclusivityScope("attack-lender-race \(trial)"))
+            let meter = ConcurrencyMeter()
+            @Sendable func metered(_ name: String) -> AsyncBlockOperation {
+                let operation = AsyncBlockOperation { operation in
+                    meter.enter()
+                    DispatchQueue.global().asyncAfter(deadline: .now() + .microseconds(Int.random(in: 0...200))) {
+                        meter.leave()
+                        operation.finish()
+                    }
+                }
+                operation.name = name
+                return operation
+            }
+            let condition = Condition(
+                "needs produced",
+                producing: { _ in
+                    let produced = metered("produced")
+                    try? produced.addExclusivity(x)
+                    return produced
+                }
+            ) { _, answer in answer(.satisfied) }
+            let child = AsyncBlockOperation { $0.finish() }
+            try child.addCondition(condition)
+            let outsider = AsyncBlockOperation { $0.finish() }
+            try outsider.addCondition(condition)
+            let group = GroupOperation(operations: [child])
+            try group.addExclusivity(x)
+            let holder = metered("holder")
+            try holder.addExclusivity(x)
+            let queue = OperationQueue()
+            group.completionBlock = { queue.addOperation(holder) }
+            queue.addOperation(group)
+            queue.addOperation(outsider)
+            var spin = 0
+            for index in 0..<Int.random(in: 0...20_000) { spin &+= index }
+            child.cancel()
+            let ended = eventually(timeout: testTimeout) { [group, outsider, holder].allSatisfy(\.isFinished) }
+            XCTAssertTrue(ended, "trial \(trial) (\(spin)): never ended")
+            XCTAssertLessThanOrEqual(meter.most, 1, "trial \(trial): x had two holders executing")
+            XCTAssertTrue(eventually(timeout: testTimeout) { Gatekeeper.isIdle }, "trial \(trial): something stays held")
+            if !ended || meter.most > 1 { break }
+        }
+    }
+
     /// Granted while its plain queue is suspended (Foundation does not say which queue holds it, so it
     /// keeps the grant), an operation holding X is given a dependency that claims X. Holding X while
     /// that dependency runs would deadlock (the dependency waits for X, the operation for the

@@ -446,66 +446,75 @@ extension AsyncOperation {
             return false
         }
         let categories = claim.categories
-        let lanes: [Lane]
-        do throws(HoldAndWait) {
-            lanes = try Self.lanes(for: categories, under: claim.parent?.owner)
-        } catch {
-            let (category, holder, held) = (error.category, error.holder, error.held)
-            let error = BatonError.wouldDeadlock(
-                operation: reference,
-                reason: "it claims category \(category), which \(holder.reference) does not hold while it holds "
-                    + "\(held) and waits for its children: claim \(category) on \(holder.reference) too")
-            let action: Admission.Action = core.withLock { state in
-                guard let gate = state.gate else { return .none }
-                let action = gate.admission.refuse(token)
-                if action != .none { _ = state.life.finish(.failed(error), carriesResult: true) }
-                return action
+        // Asked again (rarely) when an ancestor that lent a category let it go between the walk that
+        // found it and the table's step: the walk then finds the level where the claim now belongs.
+        while true {
+            let lanes: [Lane]
+            do throws(HoldAndWait) {
+                lanes = try Self.lanes(for: categories, under: claim.parent?.owner)
+            } catch {
+                let (category, holder, held) = (error.category, error.holder, error.held)
+                let error = BatonError.wouldDeadlock(
+                    operation: reference,
+                    reason: "it claims category \(category), which \(holder.reference) does not hold while it holds "
+                        + "\(held) and waits for its children: claim \(category) on \(holder.reference) too")
+                let action: Admission.Action = core.withLock { state in
+                    guard let gate = state.gate else { return .none }
+                    let action = gate.admission.refuse(token)
+                    if action != .none { _ = state.life.finish(.failed(error), carriesResult: true) }
+                    return action
+                }
+                return perform(action, goingOn: goingOn)
             }
-            return perform(action, goingOn: goingOn)
-        }
-        enum Asked {
-            case stale, waiting
-            case reopened(Admission.Action)
-            case granted(Admission.Action)
-            /// Granted on the launch path: the queue to add it to, taken in the same step.
-            case launch(OperationQueue?)
-        }
-        // Asked under the operation's lock, so that a cancellation either comes first (and nothing is
-        // asked) or finds the request in the table to withdraw. The one nesting of the two locks: an
-        // operation's, then the table's; never the reverse.
-        let asked: Asked = core.withLock { state in
-            guard let gate = state.gate, gate.admission.stage == .waiting(token) else { return .stale }
-            if blocked || gate.admission.mustLookAgain, gate.admission.path != .start {
-                return .reopened(gate.admission.declined(token))
+            enum Asked {
+                case stale, waiting
+                /// An ancestor let a lent category go before the table's step: nothing was asked.
+                case lenderGone
+                case reopened(Admission.Action)
+                case granted(Admission.Action)
+                /// Granted on the launch path: the queue to add it to, taken in the same step.
+                case launch(OperationQueue?)
             }
-            gate.lanes = lanes
-            guard Gatekeeper.request(self, token: token, lanes: lanes) else {
-                gate.categoriesSince = DispatchTime.now().uptimeNanoseconds
-                return .waiting
+            // Asked under the operation's lock, so that a cancellation either comes first (and nothing is
+            // asked) or finds the request in the table to withdraw. The one nesting of the two locks: an
+            // operation's, then the table's; never the reverse.
+            let asked: Asked = core.withLock { state in
+                guard let gate = state.gate, gate.admission.stage == .waiting(token) else { return .stale }
+                if blocked || gate.admission.mustLookAgain, gate.admission.path != .start {
+                    return .reopened(gate.admission.declined(token))
+                }
+                guard let granted = Gatekeeper.request(self, token: token, lanes: lanes) else { return .lenderGone }
+                gate.lanes = lanes
+                guard granted else {
+                    gate.categoriesSince = DispatchTime.now().uptimeNanoseconds
+                    return .waiting
+                }
+                let action = gate.admission.granted(token)
+                guard action == .proceed(.launch) else { return .granted(action) }
+                defer { gate.launchTarget = nil }
+                return .launch(gate.launchTarget)
             }
-            let action = gate.admission.granted(token)
-            guard action == .proceed(.launch) else { return .granted(action) }
-            defer { gate.launchTarget = nil }
-            return .launch(gate.launchTarget)
-        }
-        switch asked {
-        case .stale:
-            return false
-        case .reopened(let action):
-            if case .reopen(let path) = action { reopenAfterDecline(path) }
-            return false
-        case .waiting:
-            if let recording { recording.recorder.beganWaiting(recording.id, self) }
-            watchForSlowWait(token, categories: categories)
-            return false
-        case .granted(let action):
-            return perform(action, goingOn: goingOn)
-        case .launch(let queue):
-            // What `proceed(.launch)` does, with the target it would have taken.
-            guard let queue else { return false }
-            if goingOn { return true }
-            queue.addOperation(self)
-            return false
+            switch asked {
+            case .stale:
+                return false
+            case .lenderGone:
+                continue
+            case .reopened(let action):
+                if case .reopen(let path) = action { reopenAfterDecline(path) }
+                return false
+            case .waiting:
+                if let recording { recording.recorder.beganWaiting(recording.id, self) }
+                watchForSlowWait(token, categories: categories)
+                return false
+            case .granted(let action):
+                return perform(action, goingOn: goingOn)
+            case .launch(let queue):
+                // What `proceed(.launch)` does, with the target it would have taken.
+                guard let queue else { return false }
+                if goingOn { return true }
+                queue.addOperation(self)
+                return false
+            }
         }
     }
 
@@ -536,11 +545,11 @@ extension AsyncOperation {
                 var lanes = [Lane]()
                 lanes.reserveCapacity(categories.count)
                 for category in categories {
-                    guard held.contains(where: { $0.name == category.laneName }) else {
+                    guard let lent = held.first(where: { $0.name == category.laneName }) else {
                         let names = current.categories.map { "\($0)" }.joined(separator: ", ")
                         throw HoldAndWait(category: category, holder: current, held: names)
                     }
-                    lanes.append(Lane(name: category.laneName, under: current.serialNumber))
+                    lanes.append(Lane(name: category.laneName, under: current.serialNumber, lender: lent.under))
                 }
                 return lanes
             }

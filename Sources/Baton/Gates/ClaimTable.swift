@@ -49,6 +49,7 @@ struct ClaimTable<Waiter> {
         }
 
         var held: Int { (holder == nil ? 0 : 1) + otherHolders.count }
+        func isHeld(by id: UInt64) -> Bool { holder?.id == id || otherHolders[id] != nil }
         var hasRoom: Bool { held < limit }
         var waitingCount: Int { line.count - head }
         var first: UInt64? { head < line.count ? line[head] : nil }
@@ -306,6 +307,20 @@ struct ClaimTable<Waiter> {
         lanes.remove(record)
     }
 
+    /// Whether every lane of `wanted` under a composite is still lent: the composite holds the lane it
+    /// lends from (``Lane/lender``). A composite gives its categories back as it finishes (unless
+    /// a lane it lends is in use: see ``release(_:by:)``), and a claim that found its lanes just before
+    /// must then be made where it now belongs, or it would be granted in a lane nobody lends.
+    func lendersHold(_ wanted: [Lane]) -> Bool {
+        for lane in wanted where lane.under != 0 {
+            guard let lender = lane.lender else { continue }
+            guard let held = lanes.record(for: Lane(name: lane.name, under: lender)), held.state.isHeld(by: lane.under) else {
+                return false
+            }
+        }
+        return true
+    }
+
     /// Gives back every lane `id` held; returns the requests this lets through.
     ///
     /// A lane that `id` lends (its lane of the same category under `id`, where its descendants claim
@@ -466,4 +481,21 @@ struct Lane: Hashable, Sendable {
     }
     let name: Name
     let under: UInt64
+    /// For a lane under a composite, the `under` of the lane that composite holds and lends from (the
+    /// same name, a level up): what ``ClaimTable/lendersHold(_:)`` checks. `nil`: not checked (tests
+    /// that drive the table directly). Not part of the lane's identity.
+    let lender: UInt64?
+
+    init(name: Name, under: UInt64, lender: UInt64? = nil) {
+        self.name = name
+        self.under = under
+        self.lender = lender
+    }
+
+    static func == (lhs: Lane, rhs: Lane) -> Bool { lhs.under == rhs.under && lhs.name == rhs.name }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(name)
+        hasher.combine(under)
+    }
 }

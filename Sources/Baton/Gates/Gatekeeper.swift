@@ -31,10 +31,15 @@ enum Gatekeeper {
         return result
     }
 
-    /// Asks for `lanes` for `operation`; `true` when granted now.
-    static func request(_ operation: AsyncOperation, token: UInt64, lanes: [Lane]) -> Bool {
+    /// Asks for `lanes` for `operation`; `true` when granted now, `false` when it waits. `nil`: nothing
+    /// was asked, because a composite that lent one of them no longer holds the category (it finished
+    /// after the operation found its lanes): the operation finds them again.
+    static func request(_ operation: AsyncOperation, token: UInt64, lanes: [Lane]) -> Bool? {
         let waiter = Waiter(operation: operation, token: token, lanes: lanes)
-        return change { $0.request(operation.serialNumber, lanes: lanes, waiter: waiter) }
+        return change { table in
+            guard table.lendersHold(lanes) else { return nil }
+            return table.request(operation.serialNumber, lanes: lanes, waiter: waiter)
+        }
     }
 
     /// Gives back `lanes`, held by `operation`, and wakes whoever that lets through.
