@@ -292,6 +292,87 @@ final class GateParkingAttackTests: BatonTestCase {
         }
     }
 
+    /// An outsider makes a condition's produced operation (which claims X, at the top: the outsider is
+    /// in no composite) slowly; meanwhile a child of a group holding X attaches to the same condition.
+    /// The produced operation would wait for the group, the group for its child, the child for the
+    /// produced operation: the child fails at once with `wouldDeadlock` (in `conditionFailed`), the
+    /// group finishes, and the produced operation then runs for the outsider. The previous build
+    /// waited for the condition's timeout (a minute here, longer than the test's waits).
+    func testAWaiterAttachingWhileTheProducedOperationIsMadeThatWouldWaitForItselfFailsAtOnce() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("attack-produced-cycle-made"))
+        let making = Gate()
+        let proceed = DispatchSemaphore(value: 0)
+        let condition = Condition(
+            "needs login", timeout: .seconds(60),
+            producing: { _ in
+                making.open()
+                _ = proceed.wait(timeout: .now() + testTimeout)
+                let login = AsyncBlockOperation { $0.finish() }
+                try? login.addExclusivity(x)
+                return login
+            }
+        ) { _, answer in answer(.satisfied) }
+        let outsider = AsyncBlockOperation { $0.finish() }
+        try outsider.addCondition(condition)
+        OperationQueue().addOperation(outsider)
+        XCTAssertTrue(making.wait(timeout: testTimeout))
+        let child = AsyncBlockOperation { $0.finish() }
+        try child.addCondition(condition)
+        let group = GroupOperation(operations: [child])
+        group.name = "sync"
+        try group.addExclusivity(x)
+        OperationQueue().addOperation(group)
+        XCTAssertTrue(eventually(timeout: testTimeout) { condition.producer?.waiterCount == 2 })
+        proceed.signal()
+        waitFinished(group, timeout: testTimeout)
+        waitFinished(outsider, timeout: testTimeout)
+        guard case .failed(BatonError.conditionFailed(_, "needs login", BatonError.wouldDeadlock(_, let reason)))? = child.outcome
+        else { return XCTFail("child: \(String(describing: child.outcome))") }
+        XCTAssertTrue(reason.contains("sync"), reason)
+        XCTAssertEqual(outsider.outcome?.isSuccess, true, "\(String(describing: outsider.outcome))")
+        XCTAssertTrue(eventually(timeout: testTimeout) { Gatekeeper.isIdle }, "something stays held")
+    }
+
+    /// The same cycle with the produced operation made already and waiting for X (held by the group):
+    /// the group's child attaches once its own dependency finishes, and fails at once.
+    func testAWaiterAttachingToAProducedOperationThatWaitsForItsGroupFailsAtOnce() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("attack-produced-cycle-waiting"))
+        let made = Locked<[AsyncBlockOperation]>([])
+        let condition = Condition(
+            "needs login", timeout: .seconds(60),
+            producing: { _ in
+                let login = AsyncBlockOperation { $0.finish() }
+                try? login.addExclusivity(x)
+                made.mutate { $0.append(login) }
+                return login
+            }
+        ) { _, answer in answer(.satisfied) }
+        let first = ManualOperation(name: "first")
+        let child = AsyncBlockOperation { $0.finish() }
+        child.addDependency(first)
+        try child.addCondition(condition)
+        let group = GroupOperation(operations: [first, child])
+        group.name = "sync"
+        try group.addExclusivity(x)
+        OperationQueue().addOperation(group)
+        XCTAssertTrue(first.started.wait())
+        let outsider = AsyncBlockOperation { $0.finish() }
+        try outsider.addCondition(condition)
+        OperationQueue().addOperation(outsider)
+        XCTAssertTrue(
+            eventually(timeout: testTimeout) { made.value.first?.gateWaitDescription()?.hasPrefix("waiting for 'x'") == true },
+            "the produced operation never waited for x")
+        first.finish(with: 1)
+        waitFinished(group, timeout: testTimeout)
+        waitFinished(outsider, timeout: testTimeout)
+        guard case .failed(BatonError.conditionFailed(_, _, BatonError.wouldDeadlock))? = child.outcome else {
+            return XCTFail("child: \(String(describing: child.outcome))")
+        }
+        XCTAssertEqual(made.value.count, 1, "made twice")
+        XCTAssertEqual(outsider.outcome?.isSuccess, true, "\(String(describing: outsider.outcome))")
+        XCTAssertTrue(eventually(timeout: testTimeout) { Gatekeeper.isIdle }, "something stays held")
+    }
+
     /// Granted while its plain queue is suspended (Foundation does not say which queue holds it, so it
     /// keeps the grant), an operation holding X is given a dependency that claims X. Holding X while
     /// that dependency runs would deadlock (the dependency waits for X, the operation for the

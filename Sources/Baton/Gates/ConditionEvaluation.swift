@@ -142,16 +142,23 @@ final class Producer: Sendable {
         case cancelled
     }
 
+    /// An operation waiting for the produced one, and what to tell it.
+    private struct Waiter {
+        let operation: AsyncOperation
+        let done: @Sendable (Result) -> Void
+    }
+
     private struct ProducerState {
         enum Phase {
             case idle
             /// Being made, or running: `generation` tells this run's completion from an abandoned one's.
-            case running(operation: UncheckedSendable<Operation>?)
+            /// `queue`: the composite's queue it runs on, if any (its owner lends it categories; held weakly).
+            case running(operation: UncheckedSendable<Operation>?, queue: UncheckedSendable<ChildQueue>?)
             case done(Result)
         }
         var phase = Phase.idle
         var generation: UInt64 = 0
-        var waiters = WaitList<@Sendable (Result) -> Void>()
+        var waiters = WaitList<Waiter>()
     }
 
     init(make: @escaping @Sendable (ConditionContext) -> Operation) {
@@ -171,22 +178,28 @@ final class Producer: Sendable {
     ) {
         enum Step {
             case finished(Result)
-            case wait(UInt64)
+            case wait(UInt64, made: (Operation, AsyncOperation?)?)
             case make(UInt64, generation: UInt64)
         }
         let step: Step = state.withLock { state in
             if case .done(let result) = state.phase { return .finished(result) }
-            let token = state.waiters.append(done)
-            guard case .idle = state.phase else { return .wait(token) }
+            let token = state.waiters.append(Waiter(operation: context.operation, done: done))
+            switch state.phase {
+            case .running(let operation?, let queue): return .wait(token, made: (operation.value, queue?.value.owner))
+            case .running(nil, _): return .wait(token, made: nil)
+            case .idle, .done: break
+            }
             state.generation += 1
-            state.phase = .running(operation: nil)
+            state.phase = .running(operation: nil, queue: nil)
             return .make(token, generation: state.generation)
         }
         switch step {
         case .finished(let result):
             done(result)
-        case .wait(let token):
+        case .wait(let token, let made):
             evaluation.onAbandon { self.detach(token) }
+            // Made already: looked at now (otherwise when it is launched).
+            if let (operation, parent) = made { refuseCycles(through: operation, under: parent, among: [token]) }
         case .make(let token, let generation):
             evaluation.onAbandon { self.detach(token) }
             launch(make(context), generation: generation, on: queue)
@@ -194,13 +207,19 @@ final class Producer: Sendable {
     }
 
     private func launch(_ operation: Operation, generation: UInt64, on queue: OperationQueue) {
+        let composite = queue as? ChildQueue
         let current = state.withLock { state -> Bool in
-            guard state.generation == generation, case .running(nil) = state.phase else { return false }
-            state.phase = .running(operation: UncheckedSendable(value: operation))
+            guard state.generation == generation, case .running(nil, _) = state.phase else { return false }
+            state.phase = .running(
+                operation: UncheckedSendable(value: operation), queue: composite.map { UncheckedSendable(value: $0) })
             return true
         }
         // Everyone stopped waiting while it was being made: it is never launched.
         guard current else { return }
+        // Waiters that attached while it was being made, and the one that made it, are looked at now.
+        refuseCycles(through: operation, under: composite?.owner, among: nil)
+        // Every waiter would have waited for itself: it is not launched either.
+        guard state.withLock({ $0.generation == generation }) else { return }
         do {
             try operation.claim()
         } catch {
@@ -219,12 +238,49 @@ final class Producer: Sendable {
     }
 
     private func finished(_ generation: UInt64, _ result: Result) {
-        let waiters: [@Sendable (Result) -> Void] = state.withLock { state in
+        let waiters: [Waiter] = state.withLock { state in
             guard state.generation == generation, case .running = state.phase else { return [] }
             state.phase = .done(result)
             return state.waiters.takeAll().values
         }
-        for waiter in waiters { waiter(result) }
+        for waiter in waiters { waiter.done(result) }
+    }
+
+    /// Fails at once every waiter (of `tokens`, or all) that would wait for itself through `produced`:
+    /// the produced operation claims a category in the lane where an ancestor composite of that
+    /// waiter holds it alone, and that composite waits for the waiter to finish. (A produced operation
+    /// launched on its first waiter's composite queue claims under that composite: the first waiter
+    /// never waits for itself this way; an operation that attaches later from elsewhere in the tree
+    /// may.) Only the produced operation's own claims are looked at: one that waits through a claim
+    /// of its children or of its own conditions' produced operations waits until its condition's
+    /// timeout.
+    private func refuseCycles(through produced: Operation, under parent: AsyncOperation?, among tokens: [UInt64]?) {
+        // Executing (or done), it holds its lanes already: it waits for nobody.
+        guard let produced = produced as? AsyncOperation, !produced.isExecuting, !produced.isFinished else { return }
+        let categories = produced.categories
+        guard !categories.isEmpty,
+            let lanes = try? AsyncOperation.lanes(for: categories, under: parent),
+            case let exclusive = lanes.filter({ Gatekeeper.limit(of: $0.name) == 1 }), !exclusive.isEmpty
+        else { return }
+        let waiting: [(token: UInt64, callback: Waiter)] = state.withLock { state in
+            let all = state.waiters.tokened
+            guard let tokens else { return all }
+            return all.filter { tokens.contains($0.token) }
+        }
+        for (token, waiter) in waiting {
+            guard let error = AsyncOperation.waitsForItself(waiter.operation, through: produced, lanes: exclusive) else {
+                continue
+            }
+            let (refused, abandoned): (Waiter?, Operation?) = state.withLock { state in
+                guard let refused = state.waiters.remove(token) else { return (nil, nil) }
+                guard state.waiters.isEmpty, case .running(let operation, _) = state.phase else { return (refused, nil) }
+                state.phase = .idle
+                state.generation += 1
+                return (refused, operation?.value)
+            }
+            refused?.done(.failed(error))
+            abandoned?.cancelHeld()
+        }
     }
 
     /// A waiter stops waiting; the last one cancels the produced operation (a later waiter makes a new
@@ -232,7 +288,7 @@ final class Producer: Sendable {
     private func detach(_ token: UInt64) {
         let abandoned: Operation? = state.withLock { state in
             guard state.waiters.remove(token) != nil, state.waiters.isEmpty,
-                case .running(let operation) = state.phase
+                case .running(let operation, _) = state.phase
             else { return nil }
             state.phase = .idle
             state.generation += 1

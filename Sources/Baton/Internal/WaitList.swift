@@ -65,6 +65,11 @@ struct WaitList<Callback> {
 
     /// The entries, in order.
     var values: [Callback] { entries.compactMap(\.callback) }
+
+    /// The entries with their tokens, in order.
+    var tokened: [(token: UInt64, callback: Callback)] {
+        entries.compactMap { entry in entry.callback.map { (entry.token, $0) } }
+    }
 }
 
 extension WaitList: Sequence {
