@@ -333,6 +333,49 @@ final class GateParkingAttackTests: BatonTestCase {
         XCTAssertTrue(eventually(timeout: testTimeout) { Gatekeeper.isIdle }, "something stays held")
     }
 
+    /// The outsider that makes the produced operation leaves while it is made, and the only waiter
+    /// left would wait for itself through it: that waiter fails at once, and the produced operation,
+    /// wanted by nobody, ends cancelled without executing (not left pending).
+    func testAProducedOperationEveryWaiterLeftOrWasRefusedEndsCancelled() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("attack-produced-unwanted"))
+        let making = Gate()
+        let proceed = DispatchSemaphore(value: 0)
+        let made = Locked<[ManualOperation]>([])
+        let condition = Condition(
+            "needs login", timeout: .seconds(60),
+            producing: { _ in
+                making.open()
+                _ = proceed.wait(timeout: .now() + testTimeout)
+                let login = ManualOperation(name: "login")
+                try? login.addExclusivity(x)
+                made.mutate { $0.append(login) }
+                return login
+            }
+        ) { _, answer in answer(.satisfied) }
+        let outsider = AsyncBlockOperation { $0.finish() }
+        try outsider.addCondition(condition)
+        OperationQueue().addOperation(outsider)
+        XCTAssertTrue(making.wait(timeout: testTimeout))
+        let child = AsyncBlockOperation { $0.finish() }
+        try child.addCondition(condition)
+        let group = GroupOperation(operations: [child])
+        try group.addExclusivity(x)
+        OperationQueue().addOperation(group)
+        XCTAssertTrue(eventually(timeout: testTimeout) { condition.producer?.waiterCount == 2 })
+        outsider.cancel()
+        XCTAssertTrue(eventually(timeout: testTimeout) { condition.producer?.waiterCount == 1 })
+        proceed.signal()
+        waitFinished(group, timeout: testTimeout)
+        guard case .failed(BatonError.conditionFailed(_, _, BatonError.wouldDeadlock))? = child.outcome else {
+            return XCTFail("child: \(String(describing: child.outcome))")
+        }
+        guard let login = made.value.first else { return XCTFail("never made") }
+        waitFinished(login, timeout: testTimeout)
+        XCTAssertTrue(login.isCancelled)
+        XCTAssertEqual(login.executions.value, 0)
+        XCTAssertTrue(eventually(timeout: testTimeout) { Gatekeeper.isIdle }, "something stays held")
+    }
+
     /// The same cycle with the produced operation made already and waiting for X (held by the group):
     /// the group's child attaches once its own dependency finishes, and fails at once.
     func testAWaiterAttachingToAProducedOperationThatWaitsForItsGroupFailsAtOnce() throws {

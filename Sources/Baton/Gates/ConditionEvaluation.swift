@@ -214,12 +214,15 @@ final class Producer: Sendable {
                 operation: UncheckedSendable(value: operation), queue: composite.map { UncheckedSendable(value: $0) })
             return true
         }
-        // Everyone stopped waiting while it was being made: it is never launched.
-        guard current else { return }
-        // Waiters that attached while it was being made, and the one that made it, are looked at now.
-        refuseCycles(through: operation, under: composite?.owner, among: nil)
-        // Every waiter would have waited for itself: it is not launched either.
-        guard state.withLock({ $0.generation == generation }) else { return }
+        // Everyone stopped waiting while it was being made, or (looked at now: those that attached
+        // meanwhile, and its maker) would have waited for itself through it: nobody wants it. It ends
+        // cancelled, unexecuted, so that nothing watching it (a recorder) sees it pending for good.
+        if current { refuseCycles(through: operation, under: composite?.owner, among: nil) }
+        guard current, state.withLock({ $0.generation == generation }) else {
+            operation.cancel()
+            if (try? operation.claim()) != nil { queue.launch(operation) }
+            return
+        }
         do {
             try operation.claim()
         } catch {
