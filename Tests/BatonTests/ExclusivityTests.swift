@@ -4,21 +4,31 @@ import XCTest
 
 @testable import Baton
 
-/// Executes for a moment on another thread, measured by a meter (or several).
+/// Executes for a moment on another thread, measured by a meter (or several): at once, or for a
+/// number of microseconds drawn from `lingers` (to widen the window in which another holder could
+/// overlap it).
 final class MeteredOperation: AsyncOperation, @unchecked Sendable {
     let meters: [ConcurrencyMeter]
     let fails: Bool
-    init(_ meters: ConcurrencyMeter..., fails: Bool = false, name: String? = nil) {
+    let lingers: ClosedRange<Int>
+    init(_ meters: ConcurrencyMeter..., fails: Bool = false, name: String? = nil, lingers: ClosedRange<Int> = 0...0) {
         self.meters = meters
         self.fails = fails
+        self.lingers = lingers
         super.init()
         self.name = name
     }
     override func execute() {
         for meter in meters { meter.enter() }
-        DispatchQueue.global().async {
+        let leave: @Sendable () -> Void = {
             for meter in self.meters { meter.leave() }
             if self.fails { self.finish(throwing: TestError(code: 1)) } else { self.finish() }
+        }
+        let microseconds = Int.random(in: lingers)
+        if microseconds == 0 {
+            DispatchQueue.global().async(execute: leave)
+        } else {
+            DispatchQueue.global().asyncAfter(deadline: .now() + .microseconds(microseconds), execute: leave)
         }
     }
 }

@@ -5,16 +5,20 @@ import XCTest
 @testable import Baton
 
 /// Counts executions, finishes, and executions entered after a `cancel()` that returned while the
-/// operation was not executing (pending or finished: it must never execute then).
+/// operation was not executing (pending or finished: it must never execute then); with
+/// `checksDependencies`, also an execution entered while a dependency had not finished.
 final class HammeredClaimant: AsyncOperation, @unchecked Sendable {
     let meters: [ConcurrencyMeter]
     let executions = Locked(0)
     let finishes = Locked(0)
     let cancelledBeforeExecuting = Locked(false)
     let violations: Locked<[String]>
-    init(_ meters: [ConcurrencyMeter], violations: Locked<[String]>, name: String) {
+    /// Set before the operation can execute (read in `execute()` only).
+    nonisolated(unsafe) var checksDependencies: Bool
+    init(_ meters: [ConcurrencyMeter], violations: Locked<[String]>, name: String, checksDependencies: Bool = false) {
         self.meters = meters
         self.violations = violations
+        self.checksDependencies = checksDependencies
         super.init()
         self.name = name
         observeCompletionForTests { [finishes] in finishes.increment() }
@@ -22,6 +26,9 @@ final class HammeredClaimant: AsyncOperation, @unchecked Sendable {
     override func execute() {
         executions.increment()
         if cancelledBeforeExecuting.value { violations.append("\(name!): execute() after cancel() returned") }
+        if checksDependencies, let unfinished = dependencies.first(where: { !$0.isFinished }) {
+            violations.append("\(name!): executes before dependency \(unfinished.name ?? "?") finished")
+        }
         for meter in meters { meter.enter() }
         DispatchQueue.global().asyncAfter(deadline: .now() + .microseconds(Int.random(in: 0...300))) {
             for meter in self.meters { meter.leave() }
@@ -31,6 +38,14 @@ final class HammeredClaimant: AsyncOperation, @unchecked Sendable {
     func cancelChecked() {
         cancel()
         if !isExecuting { cancelledBeforeExecuting.mutate { $0 = true } }
+    }
+
+    /// Where it stands, for a failure's message.
+    var gateDump: String {
+        let gate = core.withLock { state in "\(state.gate.map { "\($0.admission)" } ?? "no gate"), \(state.life)" }
+        let waits = dependencies.map { "\($0.name ?? "?") finished \($0.isFinished)" }
+        return "\(name!): ready \(isReady), finished \(isFinished), executions \(executions.value), "
+            + "dependencies \(waits), \(gateWaitDescription() ?? "not waiting"), \(gate)"
     }
 }
 

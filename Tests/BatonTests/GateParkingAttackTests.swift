@@ -250,21 +250,10 @@ final class GateParkingAttackTests: BatonTestCase {
         for trial in 0..<trials {
             let x = OperationCategory("x", in: ExclusivityScope("attack-lender-race \(trial)"))
             let meter = ConcurrencyMeter()
-            @Sendable func metered(_ name: String) -> AsyncBlockOperation {
-                let operation = AsyncBlockOperation { operation in
-                    meter.enter()
-                    DispatchQueue.global().asyncAfter(deadline: .now() + .microseconds(Int.random(in: 0...200))) {
-                        meter.leave()
-                        operation.finish()
-                    }
-                }
-                operation.name = name
-                return operation
-            }
             let condition = Condition(
                 "needs produced",
                 producing: { _ in
-                    let produced = metered("produced")
+                    let produced = MeteredOperation(meter, name: "produced", lingers: 0...200)
                     try? produced.addExclusivity(x)
                     return produced
                 }
@@ -275,7 +264,7 @@ final class GateParkingAttackTests: BatonTestCase {
             try outsider.addCondition(condition)
             let group = GroupOperation(operations: [child])
             try group.addExclusivity(x)
-            let holder = metered("holder")
+            let holder = MeteredOperation(meter, name: "holder", lingers: 0...200)
             try holder.addExclusivity(x)
             let queue = OperationQueue()
             group.completionBlock = { queue.addOperation(holder) }
@@ -502,42 +491,22 @@ final class GateParkingAttackTests: BatonTestCase {
         for trial in 0..<trials {
             let x = OperationCategory("x", in: ExclusivityScope("attack-late-dependency \(trial)"))
             let meter = ConcurrencyMeter()
-            func metered() -> AsyncBlockOperation {
-                AsyncBlockOperation { operation in
-                    meter.enter()
-                    DispatchQueue.global().asyncAfter(deadline: .now() + .microseconds(50)) {
-                        meter.leave()
-                        operation.finish()
-                    }
-                }
-            }
             let holder = try holding(x)
-            let dependency = metered()
+            let dependency = MeteredOperation(meter, lingers: 50...50)
             try dependency.addExclusivity(x)
-            let waiter = metered()
+            let waiter = MeteredOperation(meter, lingers: 50...50)
             try waiter.addExclusivity(x)
             if trial % 2 == 0 { try waiter.addCondition(.block("yes") { true }) }
             let queue = OperationQueue()
             if trial % 3 == 0 { queue.maxConcurrentOperationCount = 1 }
             queue.addOperation(waiter)
-            let go = DispatchSemaphore(value: 0)
-            let done = DispatchGroup()
-            done.enter()
-            Thread {
-                _ = go.wait(timeout: .now() + 10)
+            let line = StartingLine()
+            line.thread {
                 waiter.addDependency(dependency)
                 OperationQueue().addOperation(dependency)
-                done.leave()
-            }.start()
-            done.enter()
-            Thread {
-                _ = go.wait(timeout: .now() + 10)
-                holder.finish(with: 0)
-                done.leave()
-            }.start()
-            go.signal()
-            go.signal()
-            XCTAssertEqual(done.wait(timeout: .now() + testTimeout), .success)
+            }
+            line.thread { holder.finish(with: 0) }
+            XCTAssertTrue(line.release(timeout: testTimeout), "trial \(trial): a thread never returned")
             let finished = (try? waiter.waitToOutcome()) != nil && (try? dependency.waitToOutcome()) != nil
             XCTAssertTrue(finished, "trial \(trial): deadlock, \(waiter.gateWaitDescription() ?? "-")")
             if !finished {

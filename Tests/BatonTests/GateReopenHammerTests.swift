@@ -4,49 +4,6 @@ import XCTest
 
 @testable import Baton
 
-/// Counts executions and finishes; notes an execution after a cancel() that returned while it was
-/// not executing, and an execution while a dependency had not finished.
-final class ReopenClaimant: AsyncOperation, @unchecked Sendable {
-    let meters: [ConcurrencyMeter]
-    let executions = Locked(0)
-    let finishes = Locked(0)
-    let cancelledBeforeExecuting = Locked(false)
-    let violations: Locked<[String]>
-    nonisolated(unsafe) var checksDependencies = true
-    init(_ meters: [ConcurrencyMeter], violations: Locked<[String]>, name: String) {
-        self.meters = meters
-        self.violations = violations
-        super.init()
-        self.name = name
-        observeCompletionForTests { [finishes] in finishes.increment() }
-    }
-    override func execute() {
-        executions.increment()
-        if cancelledBeforeExecuting.value { violations.append("\(name!): execute() after cancel() returned") }
-        if checksDependencies, let unfinished = dependencies.first(where: { !$0.isFinished }) {
-            violations.append("\(name!): executes before dependency \(unfinished.name ?? "?") finished")
-        }
-        for meter in meters { meter.enter() }
-        DispatchQueue.global().asyncAfter(deadline: .now() + .microseconds(Int.random(in: 0...300))) {
-            for meter in self.meters { meter.leave() }
-            self.finish()
-        }
-    }
-    /// Where it stands, for a failure's message.
-    var gateDump: String {
-        let gate = core.withLock { state in "\(state.gate.map { "\($0.admission)" } ?? "no gate"), \(state.life)" }
-        let waits = dependencies.map { "\($0.name ?? "?") finished \($0.isFinished)" }
-        return "\(name!): ready \(isReady), finished \(isFinished), executions \(executions.value), "
-            + "dependencies \(waits), \(gateWaitDescription() ?? "not waiting"), \(gate)"
-    }
-
-    func cancelChecked() {
-        cancel()
-        let phaseNotExecuting = core.withLock { !$0.life.isExecuting }
-        if phaseNotExecuting && executions.value == 0 { cancelledBeforeExecuting.mutate { $0 = true } }
-    }
-}
-
 /// Gates closed again and begun anew (a grant declined or taken back as a dependency is added late),
 /// hammered along each path: waiters in a plain queue (announce), children of a group held back until
 /// granted (launch), and a chain's steps, while holders give the category back, operations and
@@ -72,8 +29,8 @@ final class GateReopenHammerTests: BatonTestCase {
             let holders = try (0..<limit).map { _ in try holding(x) }
             let queue = OperationQueue()
             queue.maxConcurrentOperationCount = trial % 2 == 0 ? 1 : 1_000
-            let waiters = try (0..<12).map { index -> ReopenClaimant in
-                let waiter = ReopenClaimant([meter], violations: violations, name: "w\(index)")
+            let waiters = try (0..<12).map { index -> HammeredClaimant in
+                let waiter = HammeredClaimant([meter], violations: violations, name: "w\(index)", checksDependencies: true)
                 try waiter.addExclusivity(x)
                 if index % 3 == 1 { try waiter.addCondition(.block("ok") { true }) }
                 return waiter
@@ -84,19 +41,10 @@ final class GateReopenHammerTests: BatonTestCase {
                     waiters.allSatisfy { $0.gateWaitDescription()?.hasPrefix("waiting for '") == true }
                 })
             let dependencies = (0..<12).map { index in
-                ReopenClaimant([], violations: violations, name: "d\(index)")
+                HammeredClaimant([], violations: violations, name: "d\(index)", checksDependencies: true)
             }
             let dependencyQueue = OperationQueue()
-            let go = DispatchSemaphore(value: 0)
-            let done = DispatchGroup()
-            func thread(_ body: @escaping @Sendable () -> Void) {
-                done.enter()
-                Thread {
-                    _ = go.wait(timeout: .now() + 10)
-                    body()
-                    done.leave()
-                }.start()
-            }
+            let line = StartingLine()
             var seed = SplitMix(state: UInt64(trial))
             let order = (0..<12).map { _ in seed.next(12) }
             // Even trials: every dependency is added while its waiter waits at the gate (before the holder
@@ -109,15 +57,15 @@ final class GateReopenHammerTests: BatonTestCase {
             } else {
                 for waiter in waiters { waiter.checksDependencies = false }
             }
-            thread {
+            line.thread {
                 guard !early else { return }
                 for index in order {
                     waiters[index].addDependency(dependencies[index])
                 }
                 for dependency in dependencies { dependencyQueue.addOperation(dependency) }
             }
-            thread { for holder in holders { holder.finish(with: 0) } }
-            thread {
+            line.thread { for holder in holders { holder.finish(with: 0) } }
+            line.thread {
                 var random = SplitMix(state: UInt64(trial * 31 + 1))
                 for _ in 0..<4 { waiters[random.next(12)].cancelChecked() }
                 if trial % 5 == 0 {
@@ -128,20 +76,19 @@ final class GateReopenHammerTests: BatonTestCase {
                     }
                 }
             }
-            thread {
+            line.thread {
                 for _ in 0..<5 {
                     queue.isSuspended = true
                     queue.isSuspended = false
                 }
             }
-            thread {
+            line.thread {
                 var random = SplitMix(state: UInt64(trial * 17 + 3))
                 if ProcessInfo.processInfo.environment["GATE_ATTACK_STARTS"] != nil {
                     for _ in 0..<3 { waiters[random.next(12)].start() }
                 }
             }
-            for _ in 0..<5 { go.signal() }
-            XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+            XCTAssertTrue(line.release(timeout: 10), "trial \(trial): a thread never returned")
             guard eventually(timeout: testTimeout, { (waiters + dependencies).allSatisfy(\.isFinished) }) else {
                 XCTFail("trial \(trial): never finished\n" + waiters.map(\.gateDump).joined(separator: "\n"))
                 break
@@ -169,8 +116,8 @@ final class GateReopenHammerTests: BatonTestCase {
             let meter = ConcurrencyMeter()
             let violations = Locked<[String]>([])
             let holders = try (0..<limit).map { _ in try holding(x) }
-            let children = try (0..<10).map { index -> ReopenClaimant in
-                let child = ReopenClaimant([meter], violations: violations, name: "c\(index)")
+            let children = try (0..<10).map { index -> HammeredClaimant in
+                let child = HammeredClaimant([meter], violations: violations, name: "c\(index)", checksDependencies: true)
                 try child.addExclusivity(x)
                 if index % 3 == 1 { try child.addCondition(.block("ok") { true }) }
                 return child
@@ -184,18 +131,11 @@ final class GateReopenHammerTests: BatonTestCase {
                 eventually(timeout: testTimeout) {
                     children.allSatisfy { $0.gateWaitDescription()?.hasPrefix("waiting for '") == true }
                 })
-            let dependencies = (0..<10).map { index in ReopenClaimant([], violations: violations, name: "d\(index)") }
-            let dependencyQueue = OperationQueue()
-            let go = DispatchSemaphore(value: 0)
-            let done = DispatchGroup()
-            func thread(_ body: @escaping @Sendable () -> Void) {
-                done.enter()
-                Thread {
-                    _ = go.wait(timeout: .now() + 10)
-                    body()
-                    done.leave()
-                }.start()
+            let dependencies = (0..<10).map { index in
+                HammeredClaimant([], violations: violations, name: "d\(index)", checksDependencies: true)
             }
+            let dependencyQueue = OperationQueue()
+            let line = StartingLine()
             let cancelsGroup = trial % 5 == 4
             let early = trial % 2 == 0
             if early {
@@ -204,31 +144,30 @@ final class GateReopenHammerTests: BatonTestCase {
             } else {
                 for child in children { child.checksDependencies = false }
             }
-            thread {
+            line.thread {
                 guard !early else { return }
                 for index in 0..<10 where index % 3 != 0 { children[index].addDependency(dependencies[index]) }
                 for dependency in dependencies { dependencyQueue.addOperation(dependency) }
             }
-            thread { for holder in holders { holder.finish(with: 0) } }
-            thread {
+            line.thread { for holder in holders { holder.finish(with: 0) } }
+            line.thread {
                 for _ in 0..<6 {
                     group.suspend()
                     group.resume()
                 }
             }
-            thread {
+            line.thread {
                 var random = SplitMix(state: UInt64(trial * 13 + 5))
                 for _ in 0..<3 { children[random.next(10)].cancelChecked() }
                 if cancelsGroup { group.cancel() }
             }
-            thread {
+            line.thread {
                 var random = SplitMix(state: UInt64(trial * 19 + 7))
                 if ProcessInfo.processInfo.environment["GATE_ATTACK_STARTS"] != nil {
                     for _ in 0..<2 { children[random.next(10)].start() }
                 }
             }
-            for _ in 0..<5 { go.signal() }
-            XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+            XCTAssertTrue(line.release(timeout: 10), "trial \(trial): a thread never returned")
             group.resume()
             guard eventually(timeout: testTimeout, { group.isFinished }) else {
                 XCTFail("trial \(trial): the group never finished\n" + children.map(\.gateDump).joined(separator: "\n"))
@@ -257,8 +196,8 @@ final class GateReopenHammerTests: BatonTestCase {
             let meter = ConcurrencyMeter()
             let violations = Locked<[String]>([])
             let holder = try holding(x)
-            let steps = try (0..<4).map { index -> ReopenClaimant in
-                let step = ReopenClaimant([meter], violations: violations, name: "s\(index)")
+            let steps = try (0..<4).map { index -> HammeredClaimant in
+                let step = HammeredClaimant([meter], violations: violations, name: "s\(index)", checksDependencies: true)
                 try step.addExclusivity(x)
                 if index % 2 == 1 { try step.addCondition(.block("ok") { true }) }
                 return step
@@ -267,20 +206,11 @@ final class GateReopenHammerTests: BatonTestCase {
             if trial % 2 == 0 { queue.maxConcurrentOperationCount = 1 }
             let handle = try queue.addChain(steps)
             XCTAssertTrue(eventually(timeout: testTimeout) { steps[0].gateWaitDescription()?.hasPrefix("waiting for '") == true })
-            let go = DispatchSemaphore(value: 0)
-            let done = DispatchGroup()
-            func thread(_ body: @escaping @Sendable () -> Void) {
-                done.enter()
-                Thread {
-                    _ = go.wait(timeout: .now() + 10)
-                    body()
-                    done.leave()
-                }.start()
-            }
+            let line = StartingLine()
             let suspendedFirst = (trial / 4) % 2 == 0
             if suspendedFirst { queue.isSuspended = true }
-            thread { holder.finish(with: 0) }
-            thread {
+            line.thread { holder.finish(with: 0) }
+            line.thread {
                 if suspendedFirst {
                     var spin = 0
                     for index in 0..<Int.random(in: 0...3_000) { spin &+= index }
@@ -293,13 +223,12 @@ final class GateReopenHammerTests: BatonTestCase {
                 }
             }
             let mode = trial % 4
-            thread {
+            line.thread {
                 if mode == 1 { steps[1].cancelChecked() }
                 if mode == 2 { handle.cancel() }
                 if mode == 3 { steps[0].cancelChecked() }
             }
-            for _ in 0..<3 { go.signal() }
-            XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+            XCTAssertTrue(line.release(timeout: 10), "trial \(trial): a thread never returned")
             queue.isSuspended = false
             let outcome = try? handle.waitToOutcome(timeout: testTimeout)
             XCTAssertNotNil(outcome, "trial \(trial): the chain never ended: \(steps.map { $0.gateWaitDescription() ?? "-" })")

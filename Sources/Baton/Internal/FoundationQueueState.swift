@@ -31,22 +31,24 @@ enum FoundationQueueState: Equatable {
     /// Whether Foundation has finished adding `operation` to a queue that has not started it yet
     /// (enqueued or being dispatched); `false` while it is being added; `nil` where Baton cannot read it.
     static func isEnqueued(_ operation: Operation) -> Bool? {
-        #if canImport(Darwin)
-        return nil
-        #else
-        guard let layout = Layout.shared else { return nil }
-        return layout.isEnqueued(operation)
-        #endif
+        // Enqueued (2) or dispatching (3): past `enqueuing` (1), not yet `starting`.
+        stateIndex(of: operation).map { $0 == 2 || $0 == 3 }
     }
 
     /// Whether a queue has decided to start `operation` (dispatching it, or past that): it will call
     /// `start()` whatever `isReady` says from now on; `nil` where Baton cannot read it.
     static func isDispatched(_ operation: Operation) -> Bool? {
+        // Dispatching (3) or past it: the queue took a worker for it under its lock.
+        stateIndex(of: operation).map { $0 >= 3 }
+    }
+
+    /// Where `operation`'s `__state` stands among the cases of Foundation's `__NSOperationState`
+    /// (its index in declaration order), or `nil` when Baton cannot read it on this platform.
+    private static func stateIndex(of operation: Operation) -> UInt8? {
         #if canImport(Darwin)
         return nil
         #else
-        guard let layout = Layout.shared else { return nil }
-        return layout.isDispatched(operation)
+        return Layout.shared?.stateIndex(of: operation)
         #endif
     }
 
@@ -77,8 +79,7 @@ enum FoundationQueueState: Equatable {
             withExtendedLifetime(operation) {
                 let base = UnsafeRawPointer(Unmanaged.passUnretained(operation).toOpaque())
                 let queue = base.load(fromByteOffset: queueOffset, as: UnsafeRawPointer?.self)
-                let state = base.load(fromByteOffset: stateOffset, as: UInt8.self)
-                switch state {
+                switch stateIndex(of: operation) {
                 case Self.initialized: return queue == nil ? .none : .waiting
                 case 1...3: return .waiting
                 case Self.starting: return .starting
@@ -87,20 +88,11 @@ enum FoundationQueueState: Equatable {
             }
         }
 
-        /// Enqueued (2) or dispatching (3), in a queue: past `enqueuing` (1), not yet `starting`.
-        func isEnqueued(_ operation: Operation) -> Bool {
+        /// The index of `operation`'s `__state` case: one load.
+        func stateIndex(of operation: Operation) -> UInt8 {
             withExtendedLifetime(operation) {
-                let base = UnsafeRawPointer(Unmanaged.passUnretained(operation).toOpaque())
-                let state = base.load(fromByteOffset: stateOffset, as: UInt8.self)
-                return state == 2 || state == 3
-            }
-        }
-
-        /// Dispatching (3) or past it: the queue took a worker for it under its lock.
-        func isDispatched(_ operation: Operation) -> Bool {
-            withExtendedLifetime(operation) {
-                let base = UnsafeRawPointer(Unmanaged.passUnretained(operation).toOpaque())
-                return base.load(fromByteOffset: stateOffset, as: UInt8.self) >= 3
+                UnsafeRawPointer(Unmanaged.passUnretained(operation).toOpaque())
+                    .load(fromByteOffset: stateOffset, as: UInt8.self)
             }
         }
 

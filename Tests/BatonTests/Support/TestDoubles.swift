@@ -261,6 +261,32 @@ func eventually(timeout: Double = testTimeout, _ condition: () -> Bool) -> Bool 
     return true
 }
 
+/// Threads held at one line and released together (a gate, not a sleep), to widen the windows in
+/// which their bodies race; `release(timeout:)` lets them all go and waits until every body returned.
+final class StartingLine: Sendable {
+    private let go = DispatchSemaphore(value: 0)
+    private let done = DispatchGroup()
+    private let count = Locked(0)
+
+    /// Starts a thread that runs `body` once the line is released (or after ten seconds, so that a
+    /// test that never releases it does not leave threads waiting).
+    func thread(_ body: @escaping @Sendable () -> Void) {
+        count.increment()
+        done.enter()
+        Thread { [go, done] in
+            _ = go.wait(timeout: .now() + 10)
+            body()
+            done.leave()
+        }.start()
+    }
+
+    /// Releases every thread started so far; `true` when all bodies returned within `timeout` seconds.
+    func release(timeout: Double) -> Bool {
+        for _ in 0..<count.value { go.signal() }
+        return done.wait(timeout: .now() + timeout) == .success
+    }
+}
+
 /// Counts entries and exits from any thread: how many are in now, the most there ever were at once,
 /// and how many entered in all (operations executing in one category, or alive at once).
 final class ConcurrencyMeter: Sendable {
