@@ -39,7 +39,7 @@ extension AsyncOperation {
         var startObservers: [@Sendable () -> Void] = []
         var outcomeObservers: [@Sendable (Outcome<(any Sendable)?>) -> Void] = []
         /// Internal hooks that run after `isFinished` has been announced.
-        var finishedHooks: [@Sendable () -> Void] = []
+        var finishedHooks = FinishedHooks()
         /// What each registered wait runs when the operation finishes, by the machine's wait token.
         var waits = WaitList<@Sendable () -> Void>()
         var notificationTap: (@Sendable (Notification) -> Void)?
@@ -62,6 +62,31 @@ extension AsyncOperation {
             outcomeObservers = []
             startObservers = []
             return telling
+        }
+    }
+
+    /// The internal hooks that run once the operation has finished, in the order they were added. Almost
+    /// every operation that has any has one (its composite's, its chain's): it is kept inline, so
+    /// neither a list nor a closure to run the list is allocated for it (about 1,000 instructions per
+    /// group child, callgrind).
+    struct FinishedHooks {
+        typealias Hook = @Sendable () -> Void
+        private var first: Hook?
+        private var more: [Hook] = []
+
+        mutating func append(_ hook: @escaping Hook) {
+            if first == nil { first = hook } else { more.append(hook) }
+        }
+
+        /// Runs every hook on the trampoline (a hook may finish another operation, which runs its own).
+        consuming func run() {
+            guard let first else { return }
+            if more.isEmpty { return Trampoline.run(first) }
+            let more = self.more
+            Trampoline.run {
+                first()
+                for hook in more { hook() }
+            }
         }
     }
 
@@ -126,7 +151,7 @@ extension AsyncOperation {
     private func commitFinish(_ outcome: SharedOutcome) {
         struct Commit {
             var action: Life.CommitAction
-            var hooks: [@Sendable () -> Void]
+            var hooks: FinishedHooks
             var waits: WaitList<@Sendable () -> Void>
             var tap: (@Sendable (Notification) -> Void)?
             var link: RecorderLink
@@ -135,7 +160,7 @@ extension AsyncOperation {
         let commit: Commit = core.withLock { state in
             let action = state.life.outcomeDelivered()
             defer {
-                state.finishedHooks = []
+                state.finishedHooks = FinishedHooks()
                 state.delegate = nil
                 state.timeoutTimer = nil
             }
@@ -155,10 +180,7 @@ extension AsyncOperation {
         announce(.willChange(Self.isFinishedKey), tap)
         if wasExecuting { announce(.didChange(Self.isExecutingKey), tap) }
         announce(.didChange(Self.isFinishedKey), tap)
-        let hooks = commit.hooks
-        if !hooks.isEmpty {
-            Trampoline.run { for hook in hooks { hook() } }
-        }
+        commit.hooks.run()
         for resume in commit.waits { resume() }
     }
 
