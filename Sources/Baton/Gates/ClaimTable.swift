@@ -28,7 +28,7 @@ struct ClaimTable<Waiter> {
         var holder: (id: UInt64, waiter: Waiter)?
         /// The holders beyond the first, for limits above 1. A request names a lane once, so an id holds
         /// a lane at most once.
-        var otherHolders: [UInt64: Waiter] = [:]
+        var otherHolders: [WaiterKey: Waiter] = [:]
         /// Waiting request ids, oldest first from `head`.
         var line: [UInt64] = []
         var head = 0
@@ -49,7 +49,7 @@ struct ClaimTable<Waiter> {
         }
 
         var held: Int { (holder == nil ? 0 : 1) + otherHolders.count }
-        func isHeld(by id: UInt64) -> Bool { holder?.id == id || otherHolders[id] != nil }
+        func isHeld(by id: UInt64) -> Bool { holder?.id == id || otherHolders[WaiterKey(id)] != nil }
         var hasRoom: Bool { held < limit }
         var waitingCount: Int { line.count - head }
         var first: UInt64? { head < line.count ? line[head] : nil }
@@ -91,7 +91,7 @@ struct ClaimTable<Waiter> {
         }
 
         mutating func addHolder(_ id: UInt64, _ waiter: Waiter) {
-            if holder == nil { holder = (id, waiter) } else { otherHolders[id] = waiter }
+            if holder == nil { holder = (id, waiter) } else { otherHolders[WaiterKey(id)] = waiter }
         }
 
         /// `false` when `id` did not hold it.
@@ -100,7 +100,7 @@ struct ClaimTable<Waiter> {
                 holder = nil
                 return true
             }
-            return otherHolders.removeValue(forKey: id) != nil
+            return otherHolders.removeValue(forKey: WaiterKey(id)) != nil
         }
 
         mutating func popFirst() {
@@ -123,10 +123,10 @@ struct ClaimTable<Waiter> {
     /// The lanes in use (held, or waited for); a lane nobody holds or wants is dropped. A lane is
     /// looked up once per step, and changed in place through its record.
     private(set) var lanes = LaneMap<LaneState>()
-    private(set) var waiting: [UInt64: Request] = [:]
+    private(set) var waiting: [WaiterKey: Request] = [:]
     /// Requests taken back while waiting, with how many line entries of theirs are still to be dropped
     /// (lazily, when each reaches the head of its line).
-    private var withdrawn: [UInt64: Int] = [:]
+    private var withdrawn: [WaiterKey: Int] = [:]
     private var limits: [Lane.Name: Int] = [:]
     /// How many lanes under a composite are in use: while none is, a release has no lent lane to look
     /// for (one lookup less per release on the usual path).
@@ -261,7 +261,7 @@ struct ClaimTable<Waiter> {
             }
             guard record.state.waitingCount == 0, record.state.hasRoom, !paceHolds(record) else {
                 record.state.line.append(id)
-                waiting[id] = Request(lanes: wanted, waiter: waiter)
+                waiting[WaiterKey(id)] = Request(lanes: wanted, waiter: waiter)
                 return false
             }
             record.state.addHolder(id, waiter)
@@ -277,7 +277,7 @@ struct ClaimTable<Waiter> {
                 break
             }
         }
-        if !free { waiting[id] = Request(lanes: wanted, waiter: waiter) }
+        if !free { waiting[WaiterKey(id)] = Request(lanes: wanted, waiter: waiter) }
         for (index, lane) in wanted.enumerated() {
             let record = records[index] ?? insert(lane)
             records[index] = record
@@ -348,8 +348,8 @@ struct ClaimTable<Waiter> {
     /// Takes a waiting request back. `nil` when it is not waiting (granted already, or never queued);
     /// otherwise the requests its departure lets through (it may have blocked the head of a line).
     mutating func withdraw(_ id: UInt64) -> [(UInt64, Waiter)]? {
-        guard let request = waiting.removeValue(forKey: id) else { return nil }
-        withdrawn[id] = request.lanes.count
+        guard let request = waiting.removeValue(forKey: WaiterKey(id)) else { return nil }
+        withdrawn[WaiterKey(id)] = request.lanes.count
         var granted: [(UInt64, Waiter)] = []
         for lane in request.lanes {
             guard let record = lanes.record(for: lane) else { continue }
@@ -362,7 +362,7 @@ struct ClaimTable<Waiter> {
     /// Who holds `lane` now, oldest id first, for the live view.
     func holders(of lane: Lane) -> [(id: UInt64, waiter: Waiter)] {
         guard let state = lanes[lane] else { return [] }
-        var holders = state.otherHolders.map { (id: $0.key, waiter: $0.value) }
+        var holders = state.otherHolders.map { (id: $0.key.id, waiter: $0.value) }
         if let first = state.holder { holders.append(first) }
         return holders.sorted { $0.id < $1.id }
     }
@@ -373,10 +373,10 @@ struct ClaimTable<Waiter> {
     }
 
     /// Drops withdrawn ids from the head of a line.
-    private static func skip(_ withdrawn: inout [UInt64: Int], in state: inout LaneState) {
-        while let first = state.first, let left = withdrawn[first] {
+    private static func skip(_ withdrawn: inout [WaiterKey: Int], in state: inout LaneState) {
+        while let first = state.first, let left = withdrawn[WaiterKey(first)] {
             state.popFirst()
-            withdrawn[first] = left > 1 ? left - 1 : nil
+            withdrawn[WaiterKey(first)] = left > 1 ? left - 1 : nil
         }
     }
 
@@ -405,7 +405,7 @@ struct ClaimTable<Waiter> {
                 remove(record)
                 continue
             }
-            guard record.state.hasRoom, let id = record.state.first, let index = waiting.index(forKey: id) else {
+            guard record.state.hasRoom, let id = record.state.first, let index = waiting.index(forKey: WaiterKey(id)) else {
                 continue
             }
             if paceHolds(record) { continue }
@@ -444,6 +444,26 @@ struct ClaimTable<Waiter> {
 }
 
 /// A pace: at most `count` grants of a lane in any window of `interval` nanoseconds.
+/// A waiting request's key in the table's dictionaries: its operation's serial number, hashed by
+/// mixing its bits with the dictionary's seed instead of through `Hasher` (SipHash, about 100
+/// instructions a lookup, four lookups per contended claim, callgrind). Serial numbers are drawn by
+/// Baton, never chosen by a caller, so a cheap mix loses nothing.
+struct WaiterKey: Hashable {
+    let id: UInt64
+
+    init(_ id: UInt64) { self.id = id }
+
+    func hash(into hasher: inout Hasher) { hasher.combine(id) }
+
+    // swift-format-ignore: AlwaysUseLowerCamelCase
+    func _rawHashValue(seed: Int) -> Int {
+        var x = id ^ UInt64(bitPattern: Int64(seed))
+        x = (x ^ (x >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        x = (x ^ (x >> 27)) &* 0x94D0_49BB_1331_11EB
+        return Int(truncatingIfNeeded: x ^ (x >> 31))
+    }
+}
+
 struct Pace: Hashable, Sendable {
     let count: Int
     let interval: UInt64
