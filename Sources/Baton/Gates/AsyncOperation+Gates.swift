@@ -595,18 +595,37 @@ extension AsyncOperation {
     /// by recursing once per claimant.
     func categoriesGranted(_ token: UInt64, lanes: [Lane]) -> UnkeptGrant? {
         let blocked = cannotStartNow()
-        let action: Admission.Action = core.withLock { state in
-            guard let gate = state.gate else { return .giveBack }
-            return blocked ? gate.admission.declined(token) : gate.admission.granted(token)
+        // One step decides, takes the wait to record and, granted on the launch path, the queue to add
+        // the operation to (three lock pairs were one each; the grant path is a contended category's
+        // critical path).
+        struct Decision {
+            var action: Admission.Action
+            var wait: FinishedWait?
+            var queue: OperationQueue?
         }
-        switch action {
+        let decision: Decision = core.withLock { state in
+            guard let gate = state.gate else { return Decision(action: .giveBack) }
+            let action = blocked ? gate.admission.declined(token) : gate.admission.granted(token)
+            guard action != .giveBack else { return Decision(action: action) }
+            var decision = Decision(action: action, wait: takeWait(gate, &state, conditions: false))
+            if action == .proceed(.launch) {
+                decision.queue = gate.launchTarget
+                gate.launchTarget = nil
+            }
+            return decision
+        }
+        switch decision.action {
         case .giveBack:
             return UnkeptGrant(lanes: lanes, reopen: nil)
         case .reopen(let path):
-            recordWait(conditions: false)
+            decision.wait?.record()
             return UnkeptGrant(lanes: lanes, reopen: path)
-        default:
-            recordWait(conditions: false)
+        case .proceed(.launch):
+            decision.wait?.record()
+            decision.queue?.addOperation(self)
+            return nil
+        case let action:
+            decision.wait?.record()
             perform(action)
             return nil
         }
@@ -753,24 +772,33 @@ extension AsyncOperation {
     /// the start is taken from the gate and cleared, so the paths that end a wait may each call it. An
     /// operation nobody records only clears it (the label is made for a recorder alone).
     func recordWait(conditions: Bool) {
-        struct Wait {
-            let recording: Recording
-            let since: UInt64
-            let categories: [OperationCategory]
+        let wait = core.withLock { state in state.gate.flatMap { takeWait($0, &state, conditions: conditions) } }
+        wait?.record()
+    }
+
+    /// A wait that is over, for its recorder.
+    struct FinishedWait {
+        let recording: Recording
+        let since: UInt64
+        let categories: [OperationCategory]?
+
+        /// Tells the recorder how long it lasted (the label is made here, for a recorder alone).
+        func record() {
+            let elapsed = DispatchTime.now().uptimeNanoseconds &- since
+            guard elapsed > 0 else { return }
+            let what = categories.map { $0.map { "\($0)" }.joined(separator: ", ") } ?? "conditions"
+            recording.recorder.waited(recording.id, for: what, .nanoseconds(Int64(elapsed)))
         }
-        let wait: Wait? = core.withLock { state in
-            guard let gate = state.gate else { return nil }
-            let since = conditions ? gate.conditionsSince : gate.categoriesSince
-            guard since != 0 else { return nil }
-            if conditions { gate.conditionsSince = 0 } else { gate.categoriesSince = 0 }
-            guard let recording = state.recorderLink.recording else { return nil }
-            return Wait(recording: recording, since: since, categories: conditions ? [] : gate.categories)
-        }
-        guard let wait else { return }
-        let elapsed = DispatchTime.now().uptimeNanoseconds &- wait.since
-        guard elapsed > 0 else { return }
-        let what = conditions ? "conditions" : wait.categories.map { "\($0)" }.joined(separator: ", ")
-        wait.recording.recorder.waited(wait.recording.id, for: what, .nanoseconds(Int64(elapsed)))
+    }
+
+    /// Takes the start of the wait for the conditions (or the categories) out of `gate`, under the
+    /// lock: what to tell the recorder, if the operation is recorded.
+    func takeWait(_ gate: OperationGate, _ state: inout State, conditions: Bool) -> FinishedWait? {
+        let since = conditions ? gate.conditionsSince : gate.categoriesSince
+        guard since != 0 else { return nil }
+        if conditions { gate.conditionsSince = 0 } else { gate.categoriesSince = 0 }
+        guard let recording = state.recorderLink.recording else { return nil }
+        return FinishedWait(recording: recording, since: since, categories: conditions ? nil : gate.categories)
     }
 
     /// What the operation waits for at its gate now: `waiting for conditions`, or `waiting for
