@@ -50,6 +50,54 @@ final class ExclusivityTests: BatonTestCase {
         XCTAssertTrue(table.isIdle)
     }
 
+    /// A lane that falls unused is kept for the next claim of it (one claimant after another finds the
+    /// same record), at most one such lane: another lane falling unused takes its place, and the first
+    /// is removed.
+    func testTheTableKeepsTheLaneThatFellUnusedLastForItsNextClaim() throws {
+        let scope = ObjectIdentifier(ExclusivityScope.process)
+        let a = Lane(name: .init(scope: scope, category: "a"), under: 0)
+        let b = Lane(name: .init(scope: scope, category: "b"), under: 0)
+        var table = ClaimTable<String>()
+        XCTAssertTrue(table.request(1, lanes: [a], waiter: "one"))
+        let record = try XCTUnwrap(table.lanes.record(for: a))
+        XCTAssertEqual(table.release([a], by: 1).count, 0)
+        XCTAssertTrue(table.lanes.record(for: a) === record, "kept while unused")
+        XCTAssertTrue(table.isIdle, "a kept lane holds nothing")
+        XCTAssertTrue(table.request(2, lanes: [a], waiter: "two"))
+        XCTAssertTrue(table.lanes.record(for: a) === record, "the next claim found it")
+        XCTAssertFalse(table.request(3, lanes: [a], waiter: "three"), "a kept lane is a lane like any other")
+        XCTAssertEqual(table.release([a], by: 2).map(\.1), ["three"])
+        XCTAssertTrue(table.request(4, lanes: [b], waiter: "four"))
+        XCTAssertEqual(table.release([a], by: 3).count, 0)
+        XCTAssertEqual(table.release([b], by: 4).count, 0)
+        XCTAssertNil(table.lanes.record(for: a), "b fell unused after a: a is removed")
+        XCTAssertNotNil(table.lanes.record(for: b))
+        XCTAssertEqual(table.lanes.count, 1)
+        XCTAssertTrue(table.isIdle)
+    }
+
+    /// A scope that goes away takes its kept lane with it: a scope made later at the same address (the
+    /// same lane name) must not find the old scope's limit in it.
+    func testAScopeThatGoesAwayTakesItsKeptLaneAndItsLimit() {
+        let scope = ObjectIdentifier(ExclusivityScope.process)
+        let name = Lane.Name(scope: scope, category: "limited")
+        let lane = Lane(name: name, under: 0)
+        var table = ClaimTable<String>()
+        _ = table.setLimit(2, of: name)
+        XCTAssertTrue(table.request(1, lanes: [lane], waiter: "one"))
+        XCTAssertTrue(table.request(2, lanes: [lane], waiter: "two"), "limit 2")
+        XCTAssertEqual(table.release([lane], by: 1).count, 0)
+        XCTAssertEqual(table.release([lane], by: 2).count, 0)
+        XCTAssertNotNil(table.lanes.record(for: lane), "kept")
+        table.forgetLimits(of: scope)
+        XCTAssertNil(table.lanes.record(for: lane), "forgotten with its scope")
+        XCTAssertTrue(table.request(3, lanes: [lane], waiter: "three"))
+        XCTAssertFalse(table.request(4, lanes: [lane], waiter: "four"), "the limit is 1 again")
+        XCTAssertEqual(table.release([lane], by: 3).map(\.1), ["four"])
+        XCTAssertEqual(table.release([lane], by: 4).count, 0)
+        XCTAssertTrue(table.isIdle)
+    }
+
     /// A composite (id 10) holds x and lends it (lane x under 10) to something that outlives it, two
     /// levels deep (a composite 20 under 10 lends x under 20 to 30): each lender's release while its
     /// lent lane is in use is kept until that lane is unused, so x at the top is free only once the
@@ -717,6 +765,8 @@ final class ExclusivityTests: BatonTestCase {
             XCTAssertTrue(reason.contains("'c39' twice"), reason)
         }
         XCTAssertEqual(other.categories, many)
+        try other.addExclusivity(OperationCategory("extra"))
+        XCTAssertEqual(other.categories, many + [OperationCategory("extra")], "a later claim adds to the first")
         XCTAssertThrowsError(try ExclusivityScope("s").setLimit(0, for: "db")) { error in
             guard case BatonError.invalidLimit(let category, 0) = error else { return XCTFail("\(error)") }
             XCTAssertEqual(category, "'db' in s")

@@ -93,21 +93,25 @@ extension AsyncOperation {
     /// - Throws: ``BatonError/invalidArgument(operation:reason:)`` as the variadic form.
     public func addExclusivity(_ categories: [OperationCategory]) throws(BatonError) {
         try configureGate { gate throws(BatonError) in
-            // An operation usually claims a few categories: a duplicate is looked for in the list, and in
+            // An operation usually claims a few categories: a duplicate is looked for in the lists, and in
             // a set only when there are many.
-            var claimed = gate.categories
-            var seen: Set<OperationCategory>? = claimed.count + categories.count > 16 ? Set(claimed) : nil
-            for category in categories {
+            let existing = gate.categories
+            var seen: Set<OperationCategory>? = existing.count + categories.count > 16 ? Set(existing) : nil
+            for (index, category) in categories.enumerated() {
                 guard !category.name.isEmpty else {
                     throw .invalidArgument(operation: reference, reason: "a category's name must not be empty")
                 }
-                let duplicate = seen != nil ? !seen!.insert(category).inserted : claimed.contains(category)
+                let duplicate =
+                    seen != nil
+                    ? !seen!.insert(category).inserted
+                    : existing.contains(category) || categories[..<index].contains(category)
                 guard !duplicate else {
                     throw .invalidArgument(operation: reference, reason: "claims category \(category) twice")
                 }
-                claimed.append(category)
             }
-            gate.categories = claimed
+            // A first claim keeps the caller's list (the variadic form's): one array allocated and freed
+            // per claim instead of two.
+            gate.categories = existing.isEmpty ? categories : existing + categories
         }
     }
 
