@@ -559,7 +559,7 @@ extension AsyncOperation {
             }
             ancestor = next
         }
-        return categories.map { Lane(name: $0.laneName, under: 0) }
+        return categories.count == 1 ? categories[0].topLanes : categories.map { Lane(name: $0.laneName, under: 0) }
     }
 
     /// Why `waiter` would wait for itself through `produced`, a condition's produced operation that
