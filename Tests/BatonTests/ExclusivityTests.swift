@@ -494,6 +494,35 @@ final class ExclusivityTests: BatonTestCase {
         XCTAssertEqual(meter.most, 1)
     }
 
+    /// A composite without a gate lends what the nearest holding composite above it holds: its queue
+    /// never remembers "nothing is lent here" (the walk passes a composite with a gate), and its
+    /// children keep inheriting, claim after claim. A group with no gated composite above it remembers
+    /// it after the first claim, and its children claim at the top.
+    func testAQueueRemembersThatNothingIsLentOnlyWhenNoCompositeAboveHasAGate() throws {
+        let scope = ExclusivityScope("lends nothing")
+        let x = OperationCategory("x", in: scope)
+        let meter = ConcurrencyMeter()
+        let leaves = (0..<30).map { _ in MeteredOperation(meter) }
+        for leaf in leaves { try leaf.addExclusivity(x) }
+        let middle = GroupOperation(operations: leaves)
+        let outer = GroupOperation(operations: [middle])
+        try outer.addExclusivity(x)
+        try outer.run(timeout: .seconds(testTimeout))
+        XCTAssertEqual(meter.total, 30)
+        XCTAssertEqual(meter.most, 1, "the leaves inherit x from outer, through middle")
+        XCTAssertFalse(middle.group.queue.lending.lendsNothing, "outer has a gate: its lending is looked up each time")
+
+        let plainMeter = ConcurrencyMeter()
+        let plain = (0..<30).map { _ in MeteredOperation(plainMeter) }
+        for leaf in plain { try leaf.addExclusivity(x) }
+        let top = GroupOperation(operations: plain)
+        try top.run(timeout: .seconds(testTimeout))
+        XCTAssertEqual(plainMeter.total, 30)
+        XCTAssertEqual(plainMeter.most, 1, "claimed at the top, one at a time")
+        XCTAssertTrue(top.group.queue.lending.lendsNothing, "no composite above has a gate")
+        XCTAssertTrue(eventually { Gatekeeper.isIdle })
+    }
+
     func testAnExclusiveOperationWhoseDependencyClaimsTheSameCategoryRuns() throws {
         let scope = ExclusivityScope("dependency")
         let x = OperationCategory("x", in: scope)

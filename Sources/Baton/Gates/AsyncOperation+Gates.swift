@@ -455,7 +455,7 @@ extension AsyncOperation {
         while true {
             let lanes: [Lane]
             do throws(HoldAndWait) {
-                lanes = try Self.lanes(for: categories, under: claim.parent?.owner)
+                lanes = try Self.lanes(for: categories, in: claim.parent)
             } catch {
                 let (category, holder, held) = (error.category, error.holder, error.held)
                 let error = BatonError.wouldDeadlock(
@@ -538,13 +538,41 @@ extension AsyncOperation {
     static func lanes(
         for categories: [OperationCategory], under parent: AsyncOperation?
     ) throws(HoldAndWait) -> [Lane] {
+        try walk(for: categories, under: parent).lanes
+    }
+
+    /// ``lanes(for:under:)`` for an operation launched on `queue` (`nil`: not a composite's). A queue
+    /// whose composites up to the top have no gate lends nothing, ever (a composite gets no gate once it
+    /// has started, and its children are launched only after it has): the first claim made there that
+    /// finds so says so to the queue, and later claims skip the walk (its locks and weak loads were
+    /// about 800 instructions of a claim inside a composite, callgrind).
+    static func lanes(for categories: [OperationCategory], in queue: ChildQueue?) throws(HoldAndWait) -> [Lane] {
+        guard let queue else { return topLanes(for: categories) }
+        let (owner, lendsNothing) = queue.lending
+        if lendsNothing { return topLanes(for: categories) }
+        let found = try walk(for: categories, under: owner)
+        if found.lendsNothing, owner != nil { queue.noteLendsNothing() }
+        return found.lanes
+    }
+
+    private static func topLanes(for categories: [OperationCategory]) -> [Lane] {
+        categories.count == 1 ? categories[0].topLanes : categories.map { Lane(name: $0.laneName, under: 0) }
+    }
+
+    /// The walk up the composites from `parent`, and whether every composite it passed has no gate and
+    /// has started (so nothing up from `parent` can lend, now or later).
+    private static func walk(
+        for categories: [OperationCategory], under parent: AsyncOperation?
+    ) throws(HoldAndWait) -> (lanes: [Lane], lendsNothing: Bool) {
         var ancestor = parent
+        var lendsNothing = true
         while let current = ancestor {
             // What it holds, or else the next ancestor (most composites hold nothing: one read each).
-            let (held, next): ([Lane], AsyncOperation?) = current.core.withLock { state in
-                if let held = state.gate?.held, !held.isEmpty { return (held, nil) }
-                return ([], state.compositeQueue?.owner)
+            let (held, next, gateless): ([Lane], AsyncOperation?, Bool) = current.core.withLock { state in
+                if let held = state.gate?.held, !held.isEmpty { return (held, nil, false) }
+                return ([], state.compositeQueue?.owner, state.gate == nil && !state.life.isPending)
             }
+            lendsNothing = lendsNothing && gateless
             if !held.isEmpty {
                 var lanes = [Lane]()
                 lanes.reserveCapacity(categories.count)
@@ -555,11 +583,11 @@ extension AsyncOperation {
                     }
                     lanes.append(Lane(name: category.laneName, under: current.serialNumber, lender: lent.under))
                 }
-                return lanes
+                return (lanes, false)
             }
             ancestor = next
         }
-        return categories.count == 1 ? categories[0].topLanes : categories.map { Lane(name: $0.laneName, under: 0) }
+        return (topLanes(for: categories), lendsNothing)
     }
 
     /// Why `waiter` would wait for itself through `produced`, a condition's produced operation that

@@ -109,11 +109,29 @@ final class ChildQueue: OperationQueue, @unchecked Sendable {
 
     private struct WeakOwner {
         weak var operation: AsyncOperation?
+        /// No composite from the owner up has a gate: nothing is ever lent here.
+        var lendsNothing = false
     }
 
     /// The composite whose children run here.
     var owner: AsyncOperation? {
         get { ownerBox.withLock { $0.operation } }
-        set { ownerBox.withLock { $0.operation = newValue } }
+        set {
+            ownerBox.withLock { box in
+                box.operation = newValue
+                box.lendsNothing = false
+            }
+        }
+    }
+
+    /// The owner, unless nothing is ever lent here (then `nil`, and `true`), in one step.
+    var lending: (owner: AsyncOperation?, lendsNothing: Bool) {
+        ownerBox.withLock { $0.lendsNothing ? (nil, true) : ($0.operation, false) }
+    }
+
+    /// A claim found that no composite from the owner up has a gate, or can get one: nothing is ever
+    /// lent here.
+    func noteLendsNothing() {
+        ownerBox.withLock { $0.lendsNothing = true }
     }
 }
