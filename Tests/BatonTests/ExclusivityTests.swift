@@ -76,6 +76,25 @@ final class ExclusivityTests: BatonTestCase {
         XCTAssertTrue(table.isIdle)
     }
 
+    /// A kept lane gives back what a burst left in it: its line's buffer (100,000 waited in it) and its
+    /// holders' table (100,000 held it at once), as a removed record would (a review's test).
+    func testAKeptLaneGivesBackTheBuffersOfABurst() {
+        let burst = 100_000
+        let lane = Lane(name: .init(scope: ObjectIdentifier(ExclusivityScope.process), category: "burst"), under: 0)
+        var table = ClaimTable<UInt64>()
+        XCTAssertTrue(table.request(1, lanes: [lane], waiter: 1))
+        for id in 2...UInt64(burst) { XCTAssertFalse(table.request(id, lanes: [lane], waiter: id)) }
+        for id in 1...UInt64(burst) { _ = table.release([lane], by: id) }
+        XCTAssertTrue(table.isIdle)
+        XCTAssertNotNil(table.lanes[lane], "kept")
+        XCTAssertLessThanOrEqual(table.lanes[lane]?.line.capacity ?? 0, 16, "the drained line's buffer is given back")
+        _ = table.setLimit(burst, of: lane.name)
+        for id in 1...UInt64(burst) { XCTAssertTrue(table.request(1_000_000 + id, lanes: [lane], waiter: id)) }
+        for id in 1...UInt64(burst) { _ = table.release([lane], by: 1_000_000 + id) }
+        XCTAssertTrue(table.isIdle)
+        XCTAssertLessThanOrEqual(table.lanes[lane]?.otherHolders.capacity ?? 0, 16, "the holders' table is given back")
+    }
+
     /// A scope that goes away takes its kept lane with it: a scope made later at the same address (the
     /// same lane name) must not find the old scope's limit in it.
     func testAScopeThatGoesAwayTakesItsKeptLaneAndItsLimit() {

@@ -318,6 +318,10 @@ struct ClaimTable<Waiter> {
     private mutating func retire(_ record: LaneMap<LaneState>.Record) {
         guard paces.isEmpty, record.lane.under == 0 else { return remove(record) }
         if let kept = idle, kept !== record, kept.state.isUnused { remove(kept) }
+        // What a burst left in it (its line's buffer, its holders' table) is given back, as a removed
+        // record would give it.
+        if record.state.line.capacity > 16 { record.state.line = [] }
+        if record.state.otherHolders.capacity > 16 { record.state.otherHolders = [:] }
         idle = record
     }
 
