@@ -595,21 +595,14 @@ extension AsyncOperation {
     /// so the produced operation waits for that composite, which waits for `waiter`, which waits for
     /// the produced operation. `nil` when no ancestor does.
     static func waitsForItself(_ waiter: AsyncOperation, through produced: AsyncOperation, lanes: [Lane]) -> BatonError? {
-        var ancestor = waiter.core.withLock { $0.compositeQueue?.owner }
-        while let current = ancestor {
-            let (held, next): ([Lane], AsyncOperation?) = current.core.withLock { state in
-                (state.gate?.held ?? [], state.compositeQueue?.owner)
-            }
-            if let lane = held.first(where: { lanes.contains($0) }) {
-                let category = produced.categories.first { $0.laneName == lane.name }.map { "\($0)" } ?? lane.name.category
-                return .wouldDeadlock(
-                    operation: waiter.reference,
-                    reason: "its condition's produced operation \(produced.reference) claims category \(category), which "
-                        + "\(current.reference) holds while it waits for this operation")
-            }
-            ancestor = next
-        }
-        return nil
+        let parent = waiter.core.withLock { $0.compositeQueue?.owner }
+        guard let blocked = parent?.heldLanesUpward().first(where: { lanes.contains($0.lane) }) else { return nil }
+        let category =
+            produced.categories.first { $0.laneName == blocked.lane.name }.map { "\($0)" } ?? blocked.lane.name.category
+        return .wouldDeadlock(
+            operation: waiter.reference,
+            reason: "its condition's produced operation \(produced.reference) claims category \(category), which "
+                + "\(blocked.holder.reference) holds while it waits for this operation")
     }
 
     /// A grant the operation does not keep: the lanes to give back, and, when it declined the grant

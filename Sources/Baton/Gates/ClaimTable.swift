@@ -466,7 +466,6 @@ struct ClaimTable<Waiter> {
     }
 }
 
-/// A pace: at most `count` grants of a lane in any window of `interval` nanoseconds.
 /// A waiting request's key in the table's dictionaries: its operation's serial number, hashed by
 /// mixing its bits with the dictionary's seed instead of through `Hasher` (SipHash, about 100
 /// instructions a lookup, four lookups per contended claim, callgrind). Serial numbers are drawn by
@@ -487,6 +486,7 @@ struct WaiterKey: Hashable {
     }
 }
 
+/// A pace: at most `count` grants of a lane in any window of `interval` nanoseconds.
 struct Pace: Hashable, Sendable {
     let count: Int
     let interval: UInt64
