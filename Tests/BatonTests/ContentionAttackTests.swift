@@ -123,10 +123,3 @@ final class ContentionAttackTests: BatonTestCase {
         XCTAssertFalse(recorder.records.contains { $0.name == "after" }, "recorded after the last detach")
     }
 }
-
-/// Spreads a thread's next step over another thread's work without sleeping.
-private func spinRounds(_ rounds: Int) {
-    var sum = 0
-    for value in 0..<rounds { sum &+= value }
-    if sum == -1 { print(sum) }
-}

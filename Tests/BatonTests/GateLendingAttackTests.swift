@@ -125,27 +125,15 @@ final class GateLendingAttackTests: BatonTestCase {
                 waiter: random.next(2) == 0, inner: random.next(4) == 0, outsider: random.next(4) == 0, outer: random.next(8) == 0
             )
             let spins = (0..<4).map { _ in random.next(20_000) }
-            @Sendable func spin(_ count: Int) {
-                var total = 0
-                for index in 0..<count { total &+= index }
-                if total == -1 { print(total) }
-            }
             let line = StartingLine()
-            line.thread {
-                spin(spins[0])
-                if cancels.waiter { waiter.cancel() }
-            }
-            line.thread {
-                spin(spins[1])
-                if cancels.inner { inner.cancel() }
-            }
-            line.thread {
-                spin(spins[2])
-                if cancels.outsider { outsider.cancel() }
-            }
-            line.thread {
-                spin(spins[3])
-                if cancels.outer { outer.cancel() }
+            let cancelled: [(Bool, Operation)] = [
+                (cancels.waiter, waiter), (cancels.inner, inner), (cancels.outsider, outsider), (cancels.outer, outer),
+            ]
+            for (index, (cancel, operation)) in cancelled.enumerated() {
+                line.thread {
+                    spinRounds(spins[index])
+                    if cancel { operation.cancel() }
+                }
             }
             XCTAssertTrue(line.release(timeout: 10), "trial \(trial): a thread never returned")
             let everything: [Operation] = [outer, inner, waiter, outsider, early, late]

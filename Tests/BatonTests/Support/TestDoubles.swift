@@ -357,3 +357,10 @@ func errorInsideHolder(
     try holder.run(timeout: .seconds(testTimeout))
     return thrown.value
 }
+
+/// Spreads a thread's next step over another thread's work without sleeping: `rounds` additions.
+func spinRounds(_ rounds: Int) {
+    var sum = 0
+    for value in 0..<rounds { sum &+= value }
+    if sum == -1 { print(sum) }
+}
