@@ -58,12 +58,17 @@ final class AdmissionExplorationTests: XCTestCase {
         var finishes = 1
         var declines = 2
         var dependenciesToAdd = 1
+        var yields = 1
 
         init(hasConditions: Bool) { self.hasConditions = hasConditions }
     }
 
     enum Event: Hashable {
         case begin(Admission.Path, settled: Bool)
+        /// Its queue starts it (from a readiness it cached), whatever the gate says: it holds a worker.
+        case queueStarts
+        /// An operation holding a worker of its queue waits for what this one holds.
+        case yieldAsked
         case answer(satisfied: Bool)
         case ask, refuseAsDeadlock, declineBeforeAsking
         case tableGrants(UInt64)
@@ -82,7 +87,10 @@ final class AdmissionExplorationTests: XCTestCase {
                 events.append(.begin(.announce, settled: true))
             }
             events.append(.begin(.start, settled: false))
+            if !world.started { events.append(.queueStarts) }
         }
+        // Asked while it holds, or while the table's grant is on its way to it.
+        if world.yields > 0 && !world.finished && world.holds { events.append(.yieldAsked) }
         if world.gate.stage == .open && !world.started { events.append(.startExecuting) }
         if world.gate.stage == .open && world.gate.path != .start && !world.dependencyUnfinished && !world.dispatched
             && !world.started
@@ -136,6 +144,11 @@ final class AdmissionExplorationTests: XCTestCase {
             break
         case .revoke:
             world.holds = false
+        case .putFirst(let token):
+            // The table moves the request it holds; one not asked yet is asked first (the ask reads
+            // `holdsWorker` in the step that asks). Nothing else changes.
+            XCTAssertTrue(
+                world.inTable.contains(token) || world.inFlight.contains(token) || world.toAsk == token, "put first, unknown")
         }
     }
 
@@ -146,6 +159,16 @@ final class AdmissionExplorationTests: XCTestCase {
             world.begins -= 1
             if world.gate.isClosed { world.proceeds = 0 }
             perform(world.gate.begin(path, settled: settled, hasConditions: world.hasConditions), in: &world)
+        case .queueStarts:
+            world.begins -= 1
+            if world.gate.isClosed { world.proceeds = 0 }
+            perform(world.gate.begin(.start, settled: false, hasConditions: world.hasConditions, holdsWorker: true), in: &world)
+            XCTAssertTrue(world.gate.holdsWorker || world.gate.isPassed, "a queue's start that waits holds a worker")
+        case .yieldAsked:
+            world.yields -= 1
+            // The shell asks only while the operation has not started and its queue has not taken a
+            // worker for it.
+            if !world.started && !world.dispatched && world.gate.yield() { world.holds = false }
         case .answer(let satisfied):
             let token = try XCTUnwrap(world.evaluating)
             world.evaluating = nil
@@ -234,8 +257,10 @@ final class AdmissionExplorationTests: XCTestCase {
         case .refused: XCTAssertTrue(stage == .refused || stage == .released, context)
         case .released: XCTAssertEqual(stage, .released, context)
         case .open:
-            // Closed again only by a dependency added before the operation started.
-            let revoked = stage == .closed && event == .addDependency && !old.started && !old.dispatched
+            // Closed again only by a dependency added, or a yield, before the operation started.
+            let revoked =
+                stage == .closed && (event == .addDependency || event == .yieldAsked) && !old.started
+                && !old.dispatched && old.gate.path != .start
             XCTAssertTrue(stage == .open || stage == .released || revoked, context)
         default: break
         }
@@ -247,6 +272,8 @@ final class AdmissionExplorationTests: XCTestCase {
         }
         // Its queue will start it from the worker it took: it keeps what it holds until it finishes.
         if world.dispatched { XCTAssertTrue(stage == .open || stage == .released, "dispatched, then closed: \(context)") }
+        // Holding a worker, it waits along the start path, and never gives back what it holds.
+        if world.gate.holdsWorker { XCTAssertEqual(world.gate.path, .start, context) }
     }
 
     func testEveryOrderOfGateEventsKeepsTheGatesInvariants() throws {
@@ -256,6 +283,8 @@ final class AdmissionExplorationTests: XCTestCase {
         var transitions = 0
         var reopened = 0
         var openedAgain = 0
+        var yielded = 0
+        var putFirst = 0
         while !frontier.isEmpty {
             var next: [World] = []
             for world in frontier {
@@ -264,6 +293,12 @@ final class AdmissionExplorationTests: XCTestCase {
                     transitions += 1
                     if case .waiting = world.gate.stage, after.gate.stage == .closed { reopened += 1 }
                     if after.gate.stage == .open, world.gate.stage != .open, after.begins < 2 { openedAgain += 1 }
+                    if event == .yieldAsked, world.gate.stage == .open, after.gate.stage == .closed { yielded += 1 }
+                    if case .waiting = world.gate.stage, event == .queueStarts, !world.gate.holdsWorker,
+                        after.gate.holdsWorker
+                    {
+                        putFirst += 1
+                    }
                     if seen.insert(after).inserted { next.append(after) }
                 }
             }
@@ -272,6 +307,8 @@ final class AdmissionExplorationTests: XCTestCase {
         // The exploration reached what it is for.
         XCTAssertGreaterThan(reopened, 0, "no path reopened the gate")
         XCTAssertGreaterThan(openedAgain, 0, "no reopened gate opened again")
+        XCTAssertGreaterThan(yielded, 0, "no open gate yielded")
+        XCTAssertGreaterThan(putFirst, 0, "no waiting request was put first")
         XCTAssertGreaterThan(seen.count, 500, "\(seen.count) worlds, \(transitions) transitions")
     }
 }

@@ -13,6 +13,8 @@
 /// declines it, and a dependency added once the gate is open (before the operation starts) revokes
 /// it: either way the gate goes back to `closed`, holding nothing, and begins anew when the
 /// operation's queue next considers it, with its categories only (its conditions answered already).
+/// An open gate whose operation its queue has not started also goes back to `closed` when it
+/// yields to an operation that holds a worker of its queue while it waits (see ``holdsWorker``).
 struct Admission: Hashable {
     enum Stage: Hashable {
         /// Not begun: the operation waits for its dependencies, or for a queue to consider it.
@@ -62,6 +64,9 @@ struct Admission: Hashable {
         /// started: give back what it holds. The gate is closed again and begins anew when the
         /// operation's queue next considers it (as that dependency finishes).
         case revoke
+        /// The request of this token was made before the operation's queue started it: it now holds a
+        /// worker of that queue while it waits, so it goes first in its lines (see ``holdsWorker``).
+        case putFirst(UInt64)
     }
 
     private(set) var stage = Stage.closed
@@ -72,6 +77,12 @@ struct Admission: Hashable {
     /// The conditions answered `satisfied`: a gate begun anew (after a decline or a revoke) asks for
     /// the categories at once. A condition is evaluated at most once per operation.
     private var conditionsPassed = false
+    /// Its queue started it before the gate opened (Linux's queue can, from a readiness it cached
+    /// before a dependency was added): it holds one of the queue's workers, which Foundation counts as
+    /// executing until it finishes, while it waits. Its request goes first in every line, and a
+    /// holder that has not started yet gives its categories back to it (``yield()``): otherwise that
+    /// holder could wait for the very worker this operation keeps while it waits for the holder.
+    private(set) var holdsWorker = false
     private var nextToken: UInt64 = 0
 
     /// Whether `start()` may go on: the gate is passed, or will not be (the operation ends unexecuted).
@@ -91,10 +102,12 @@ struct Admission: Hashable {
 
     /// The operation is ready but for its gate, and goes on along `path`. `settled`: it will not
     /// execute anyway (cancelled, finished early, ruled out by a dependency), so the gate refuses at once.
-    mutating func begin(_ path: Path, settled: Bool, hasConditions: Bool) -> Action {
+    /// `holdsWorker`: a start by the operation's own queue (see ``holdsWorker``).
+    mutating func begin(_ path: Path, settled: Bool, hasConditions: Bool, holdsWorker: Bool = false) -> Action {
         switch stage {
         case .closed:
             self.path = path
+            if path == .start && holdsWorker { self.holdsWorker = true }
             mustLookAgain = false
             if settled {
                 stage = .refused
@@ -106,7 +119,12 @@ struct Admission: Hashable {
             return evaluates ? .evaluate(token) : .request(token)
         case .evaluating, .waiting:
             // A start by hand while the gate is in progress: the start goes on once it opens.
-            if path == .start { self.path = .start }
+            guard path == .start else { return .none }
+            self.path = .start
+            guard holdsWorker, !self.holdsWorker else { return .none }
+            self.holdsWorker = true
+            // A request already made goes first now; one still to be made (after the conditions) will.
+            if case .waiting(let token) = stage { return .putFirst(token) }
             return .none
         case .open, .refused, .released:
             return .none
@@ -174,6 +192,28 @@ struct Admission: Hashable {
             return .revoke
         case .closed, .refused, .released:
             return .none
+        }
+    }
+
+    /// An operation that holds a worker of its queue waits for a category this one holds (see
+    /// ``holdsWorker``), and this one's queue has not started it (the caller checks that under the
+    /// same lock). `true`: the gate was open, so it gives back what it holds, and the gate is closed
+    /// again and begins anew when its queue next considers it. A grant still on its way (the table
+    /// counts it as a holder, the gate still waits) is declined when it arrives, as after a
+    /// dependency added meanwhile. A start by hand, or by its queue, keeps what it holds: it is
+    /// about to execute.
+    mutating func yield() -> Bool {
+        guard path != .start else { return false }
+        switch stage {
+        case .open:
+            stage = .closed
+            mustLookAgain = false
+            return true
+        case .waiting:
+            mustLookAgain = true
+            return false
+        case .closed, .evaluating, .refused, .released:
+            return false
         }
     }
 

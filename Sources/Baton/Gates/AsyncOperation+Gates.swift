@@ -25,11 +25,56 @@ final class OperationGate {
     /// through the runtime's value witnesses (about 1,000 instructions per grant, callgrind).
     @exclusivity(unchecked) var conditionsSince: UInt64 = 0
     @exclusivity(unchecked) var categoriesSince: UInt64 = 0
-    /// How many announcements of `isReady` are under way: a read they make does not announce again.
-    @exclusivity(unchecked) var announcing = 0
+    /// The announcements of `isReady` under way, by thread: the first read each makes is its own (its
+    /// thread stores the answer and walks the queue next), and does not announce again.
+    @exclusivity(unchecked) var announcers = Announcers()
     /// The timer that reports a wait for a category longer than its scope's threshold: cancelled when
     /// the operation finishes, so a long threshold keeps nothing alive after it.
     @exclusivity(unchecked) var slowWaitWatch: Deadlines.Timer?
+}
+
+/// The threads announcing an operation's `isReady` now, and whether each has read it yet: the first is
+/// kept inline (two announcements of one operation at once are rare), so an announcement allocates
+/// nothing.
+struct Announcers {
+    private var first: (thread: UInt, read: Bool)?
+    private var others: [(thread: UInt, read: Bool)] = []
+
+    var isEmpty: Bool { first == nil && others.isEmpty }
+
+    mutating func begin(_ thread: UInt) {
+        if first == nil { first = (thread, false) } else { others.append((thread, false)) }
+    }
+
+    /// The announcement on `thread` ended (the latest one made there).
+    mutating func end(_ thread: UInt) {
+        if let index = others.lastIndex(where: { $0.thread == thread }) {
+            others.remove(at: index)
+        } else if first?.thread == thread {
+            first = others.isEmpty ? nil : others.removeFirst()
+        }
+    }
+
+    /// A read of `isReady` on `thread`: `true` when it is the first read of the latest announcement
+    /// made on that thread (Linux's queue reads once as it is told, then stores the answer and walks).
+    mutating func isOwnRead(on thread: UInt) -> Bool {
+        if let index = others.lastIndex(where: { $0.thread == thread }) {
+            defer { others[index].read = true }
+            return !others[index].read
+        }
+        guard let entry = first, entry.thread == thread else { return false }
+        first = (thread, true)
+        return !entry.read
+    }
+
+    /// The calling thread, as a number.
+    static var currentThread: UInt {
+        #if canImport(Darwin)
+        UInt(bitPattern: pthread_self())
+        #else
+        UInt(pthread_self())
+        #endif
+    }
 }
 
 // Both getters are `mutating`: they are only read under the lock, on the state in place. `State` holds
@@ -174,6 +219,7 @@ extension AsyncOperation {
         var claim: Claim?
         let action: Admission.Action? = core.withLock { state in
             guard let gate = state.gate else { return nil }
+            let ownRead = !gate.announcers.isEmpty && gate.announcers.isOwnRead(on: Announcers.currentThread)
             if gate.admission.isPassed {
                 // Linux's queue caches each operation's readiness by reading `isReady` and then
                 // storing it, two steps: a read made while the gate was in progress (by
@@ -181,9 +227,11 @@ extension AsyncOperation {
                 // announcement stored `true`. The queue then walks past the operation for good: it
                 // re-reads the readiness of such an operation (this read) and caches the `true`, but
                 // does not schedule it. So a read that finds the gate passed while Foundation still
-                // holds the operation unstarted announces the readiness again, unless it is made by an
-                // announcement (which would only repeat itself).
-                reannounce = enqueued == true && gate.announcing == 0 && state.life.isPending
+                // holds the operation unstarted announces the readiness again, unless it is an
+                // announcement's own read (which would only repeat itself). A second read on an
+                // announcing thread is not: its walk found the `true` it had just stored replaced by
+                // a stale `false`, and re-read it, which only caches it.
+                reannounce = enqueued == true && !ownRead && state.life.isPending
                 return nil
             }
             guard inQueue, gate.admission.isClosed, state.life.isPending else { return Admission.Action.none }
@@ -238,8 +286,9 @@ extension AsyncOperation {
     }
 
     /// Feeds `begin` (under the lock). `settled`: the operation will not execute anyway.
-    func begin(_ gate: OperationGate, path: Admission.Path, settled: Bool) -> Admission.Action {
-        let action = gate.admission.begin(path, settled: settled, hasConditions: !gate.conditions.isEmpty)
+    func begin(_ gate: OperationGate, path: Admission.Path, settled: Bool, holdsWorker: Bool = false) -> Admission.Action {
+        let action = gate.admission.begin(
+            path, settled: settled, hasConditions: !gate.conditions.isEmpty, holdsWorker: holdsWorker)
         if case .evaluate = action { gate.conditionsSince = DispatchTime.now().uptimeNanoseconds }
         return action
     }
@@ -281,9 +330,35 @@ extension AsyncOperation {
             Gatekeeper.withdraw(self)
             recordWait(conditions: false)
             return proceed(path, goingOn: goingOn)
+        case .putFirst:
+            Gatekeeper.putFirst(self)
+            return false
         case .giveBack, .reopen, .revoke:
             return false
         }
+    }
+
+    /// An operation that holds a worker of its queue waits for a category this one holds (see
+    /// ``Admission/holdsWorker``). If this one's queue holds it waiting and has not dispatched it, it
+    /// gives back what it holds, and tells its queue its readiness changed: the gate begins anew,
+    /// behind that operation. Otherwise (it is starting or executing, or Baton cannot read its queue's
+    /// record: Apple platforms) it keeps them and finishes as usual.
+    ///
+    /// Why: Linux's queue may start an operation whose gate was not passed (it dispatches from a
+    /// readiness it cached, and a read made before a dependency was added can store its `true` after
+    /// `addDependency` stored `false`). That operation keeps a worker while it waits for its
+    /// categories, and a holder waiting in the same queue for a worker would wait for ever in a queue
+    /// with no other worker free.
+    func yieldLanes() {
+        let lanes: [Lane]? = core.withLock { state in
+            guard let gate = state.gate, state.life.isPending, FoundationQueueState.isUndispatched(self) == true,
+                gate.admission.yield()
+            else { return nil }
+            return gate.lanes
+        }
+        guard let lanes else { return }
+        Gatekeeper.release(lanes, by: self)
+        DispatchQueue.global().async { self.announceReady() }
     }
 
     /// Whether the operation could not start now even with its categories: a dependency has not
@@ -347,13 +422,14 @@ extension AsyncOperation {
     }
 
     private func announceReady() {
+        let thread = Announcers.currentThread
         let tap = core.withLock { state in
-            state.gate?.announcing += 1
+            state.gate?.announcers.begin(thread)
             return state.notificationTap
         }
         announce(.willChange(Self.isReadyKey), tap)
         announce(.didChange(Self.isReadyKey), tap)
-        core.withLock { $0.gate?.announcing -= 1 }
+        core.withLock { $0.gate?.announcers.end(thread) }
     }
 
     static let isReadyKey = "isReady"
@@ -472,6 +548,9 @@ extension AsyncOperation {
             }
             enum Asked {
                 case stale, waiting
+                /// Waiting first in its lines, its operation holding a worker of its queue: these
+                /// holders are asked to give their lanes back.
+                case waitingFirst([AsyncOperation])
                 /// An ancestor let a lent category go before the table's step: nothing was asked.
                 case lenderGone
                 case reopened(Admission.Action)
@@ -487,11 +566,20 @@ extension AsyncOperation {
                 if blocked || gate.admission.mustLookAgain, gate.admission.path != .start {
                     return .reopened(gate.admission.declined(token))
                 }
-                guard let granted = Gatekeeper.request(self, token: token, lanes: lanes) else { return .lenderGone }
-                gate.lanes = lanes
-                guard granted else {
-                    gate.categoriesSince = DispatchTime.now().uptimeNanoseconds
-                    return .waiting
+                if gate.admission.holdsWorker {
+                    guard let asked = Gatekeeper.requestFirst(self, token: token, lanes: lanes) else { return .lenderGone }
+                    gate.lanes = lanes
+                    if case .waiting(let holders) = asked {
+                        gate.categoriesSince = DispatchTime.now().uptimeNanoseconds
+                        return .waitingFirst(holders)
+                    }
+                } else {
+                    guard let granted = Gatekeeper.request(self, token: token, lanes: lanes) else { return .lenderGone }
+                    gate.lanes = lanes
+                    guard granted else {
+                        gate.categoriesSince = DispatchTime.now().uptimeNanoseconds
+                        return .waiting
+                    }
                 }
                 let action = gate.admission.granted(token)
                 guard action == .proceed(.launch) else { return .granted(action) }
@@ -509,6 +597,11 @@ extension AsyncOperation {
             case .waiting:
                 if let recording { recording.recorder.beganWaiting(recording.id, self) }
                 watchForSlowWait(token, categories: categories)
+                return false
+            case .waitingFirst(let holders):
+                if let recording { recording.recorder.beganWaiting(recording.id, self) }
+                watchForSlowWait(token, categories: categories)
+                for holder in holders { holder.yieldLanes() }
                 return false
             case .granted(let action):
                 return perform(action, goingOn: goingOn)

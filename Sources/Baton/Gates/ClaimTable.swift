@@ -308,6 +308,76 @@ struct ClaimTable<Waiter> {
         return free
     }
 
+    /// Asks for `lanes` for a request whose operation holds a worker of its queue while it waits (see
+    /// ``Admission/holdsWorker``): granted when every lane has room, whoever waits, or put first in
+    /// every line. `nil`: granted now. Otherwise the holders of the lanes without room, which the
+    /// caller asks to give them back if they have not started (``AsyncOperation/yieldLanes()``).
+    ///
+    /// Requests put first are still in one order in every line they share (the later one first), so
+    /// the table stays deadlock-free; they go ahead of the others because their operations cannot
+    /// give back what they hold (a worker) while they wait, and those behind them can.
+    mutating func requestFirst(_ id: UInt64, lanes wanted: [Lane], waiter: Waiter) -> [Waiter]? {
+        let records = wanted.map { lanes.record(for: $0) ?? insert($0) }
+        var fits = true
+        for record in records where !record.state.hasRoom || paceHolds(record) {
+            fits = false
+            break
+        }
+        guard !fits else {
+            for record in records {
+                record.state.addHolder(id, waiter)
+                noteGrant(of: record)
+            }
+            return nil
+        }
+        waiting[WaiterKey(id)] = Request(lanes: wanted, waiter: waiter)
+        for record in records { Self.putFirst(id, in: &record.state) }
+        // Heading a line that only a pace holds back, it must be timed, or nothing would grant it.
+        if !paces.isEmpty {
+            for record in records where record.state.hasRoom { _ = paceHolds(record) }
+        }
+        return Self.holders(of: records.filter { !$0.state.hasRoom })
+    }
+
+    /// Puts waiting request `id` first in every line it waits in: its operation now holds a worker of
+    /// its queue (see ``requestFirst(_:lanes:waiter:)``). Returns the requests this lets through (it
+    /// may now be granted), and the holders of its lanes without room. Nothing when it is not waiting.
+    mutating func putFirst(_ id: UInt64) -> (granted: [(UInt64, Waiter)], holders: [Waiter]) {
+        guard let request = waiting[WaiterKey(id)] else { return ([], []) }
+        let records = request.lanes.compactMap { lanes.record(for: $0) }
+        for record in records {
+            if !withdrawn.isEmpty { Self.skip(&withdrawn, in: &record.state) }
+            let line = record.state.line
+            if let index = line[record.state.head...].firstIndex(of: id) { record.state.line.remove(at: index) }
+            Self.putFirst(id, in: &record.state)
+        }
+        var granted: [(UInt64, Waiter)] = []
+        for record in records { grantFromHead(of: record, into: &granted) }
+        lanes.shrinkIfSparse()
+        guard waiting[WaiterKey(id)] != nil else { return (granted, []) }
+        return (granted, Self.holders(of: records.filter { !$0.state.hasRoom }))
+    }
+
+    private static func putFirst(_ id: UInt64, in state: inout LaneState) {
+        if state.head > 0 {
+            state.head -= 1
+            state.line[state.head] = id
+        } else {
+            state.line.insert(id, at: 0)
+        }
+    }
+
+    /// The holders of `records`' lanes, each once.
+    private static func holders(of records: [LaneMap<LaneState>.Record]) -> [Waiter] {
+        var seen = Set<UInt64>()
+        var holders: [Waiter] = []
+        for record in records {
+            if let first = record.state.holder, seen.insert(first.id).inserted { holders.append(first.waiter) }
+            for (key, waiter) in record.state.otherHolders where seen.insert(key.id).inserted { holders.append(waiter) }
+        }
+        return holders
+    }
+
     private mutating func insert(_ lane: Lane) -> LaneMap<LaneState>.Record {
         if lane.under != 0 { lentLanes += 1 }
         return lanes.insert(lane, LaneState(limit: limit(of: lane.name), pace: pace(of: lane.name)))

@@ -42,6 +42,35 @@ enum Gatekeeper {
         }
     }
 
+    /// Asks for `lanes` for `operation`, which holds a worker of its queue while it waits (see
+    /// ``Admission/holdsWorker``): granted when every lane has room, or put first in every line.
+    /// `.granted`, or `.waiting` with the holders to ask to give their lanes back (after the caller
+    /// releases its own lock: see ``AsyncOperation/yieldLanes()``); `nil` as for `request`.
+    static func requestFirst(_ operation: AsyncOperation, token: UInt64, lanes: [Lane]) -> FirstRequest? {
+        let waiter = Waiter(operation: operation, token: token, lanes: lanes)
+        return change { table in
+            guard table.lendersHold(lanes) else { return nil }
+            guard let holders = table.requestFirst(operation.serialNumber, lanes: lanes, waiter: waiter) else {
+                return .granted
+            }
+            return .waiting(holders: holders.map(\.operation))
+        }
+    }
+
+    enum FirstRequest {
+        case granted
+        case waiting(holders: [AsyncOperation])
+    }
+
+    /// Puts `operation`'s waiting request first in its lines (its queue has started it since it asked:
+    /// see ``Admission/holdsWorker``), wakes whoever that lets through, and asks the holders of its
+    /// lanes to give them back if they have not started.
+    static func putFirst(_ operation: AsyncOperation) {
+        let (granted, holders) = change { $0.putFirst(operation.serialNumber) }
+        wake(granted)
+        for holder in holders { holder.operation.yieldLanes() }
+    }
+
     /// Gives back `lanes`, held by `operation`, and wakes whoever that lets through.
     static func release(_ lanes: [Lane], by operation: AsyncOperation) {
         guard !lanes.isEmpty else { return }

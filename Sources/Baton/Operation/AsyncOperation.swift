@@ -202,7 +202,8 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             case .admit:
                 // Not past its gate (started by hand, or by a queue that did not ask `isReady`): the
                 // gate starts it again once it opens.
-                return .admit(begin(state.gate!, path: .start, settled: false))
+                // Started by its queue, it holds one of the queue's workers while it waits.
+                return .admit(begin(state.gate!, path: .start, settled: false, holdsWorker: caller.foundation == .starting))
             case .finishUnexecuted:
                 return .finish(state.takeOutcomeListeners(executed: false))
             case .announce(let notReady):
