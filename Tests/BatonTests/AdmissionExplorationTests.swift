@@ -168,7 +168,7 @@ final class AdmissionExplorationTests: XCTestCase {
             world.yields -= 1
             // The shell asks only while the operation has not started and its queue has not taken a
             // worker for it.
-            if !world.started && !world.dispatched && world.gate.yield() { world.holds = false }
+            if !world.started && world.gate.yield(dispatched: world.dispatched) { world.holds = false }
         case .answer(let satisfied):
             let token = try XCTUnwrap(world.evaluating)
             world.evaluating = nil

@@ -196,16 +196,21 @@ struct Admission: Hashable {
     }
 
     /// An operation that holds a worker of its queue waits for a category this one holds (see
-    /// ``holdsWorker``), and this one's queue has not started it (the caller checks that under the
-    /// same lock). `true`: the gate was open, so it gives back what it holds, and the gate is closed
-    /// again and begins anew when its queue next considers it. A grant still on its way (the table
-    /// counts it as a holder, the gate still waits) is declined when it arrives, as after a
-    /// dependency added meanwhile. A start by hand, or by its queue, keeps what it holds: it is
-    /// about to execute.
-    mutating func yield() -> Bool {
+    /// ``holdsWorker``), and this one has not started (the caller checks that under the same lock).
+    /// `dispatched`: its queue has taken a worker for it (it is about to start, and will execute).
+    ///
+    /// `true`: the gate was open and the operation is in no queue's hands yet (not yet added to its
+    /// queue, being added, or waiting there for a worker), so it gives back what it holds, and the
+    /// gate is closed again and begins anew when its queue next considers it. Should its queue start
+    /// it all the same (from a readiness it cached), it asks again as a holder of a worker. A grant
+    /// still on its way (the table counts it as a holder, the gate still waits) is declined when it
+    /// arrives, as after a dependency added meanwhile. A start by hand, or by its queue, keeps what it
+    /// holds: it is about to execute.
+    mutating func yield(dispatched: Bool) -> Bool {
         guard path != .start else { return false }
         switch stage {
         case .open:
+            guard !dispatched else { return false }
             stage = .closed
             mustLookAgain = false
             return true

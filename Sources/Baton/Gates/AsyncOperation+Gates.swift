@@ -339,10 +339,13 @@ extension AsyncOperation {
     }
 
     /// An operation that holds a worker of its queue waits for a category this one holds (see
-    /// ``Admission/holdsWorker``). If this one's queue holds it waiting and has not dispatched it, it
-    /// gives back what it holds, and tells its queue its readiness changed: the gate begins anew,
-    /// behind that operation. Otherwise (it is starting or executing, or Baton cannot read its queue's
-    /// record: Apple platforms) it keeps them and finishes as usual.
+    /// ``Admission/holdsWorker``). If no queue has taken a worker for this one yet (it waits in its
+    /// queue, or is on its way into it), it gives back what it holds, and tells its queue its
+    /// readiness changed: the gate begins anew, behind that operation. Otherwise (it is starting or
+    /// executing, or Baton cannot read its queue's record: Apple platforms) it keeps them and
+    /// finishes as usual. The lanes are given back in the step that closes the gate (the table's lock
+    /// taken under the operation's): a start by its queue in between would otherwise ask for them
+    /// while the table still counted them as held by it.
     ///
     /// Why: Linux's queue may start an operation whose gate was not passed (it dispatches from a
     /// readiness it cached, and a read made before a dependency was added can store its `true` after
@@ -350,14 +353,14 @@ extension AsyncOperation {
     /// categories, and a holder waiting in the same queue for a worker would wait for ever in a queue
     /// with no other worker free.
     func yieldLanes() {
-        let lanes: [Lane]? = core.withLock { state in
-            guard let gate = state.gate, state.life.isPending, FoundationQueueState.isUndispatched(self) == true,
-                gate.admission.yield()
+        let granted: [(UInt64, Gatekeeper.Waiter)]? = core.withLock { state in
+            guard let gate = state.gate, state.life.isPending,
+                let dispatched = FoundationQueueState.isDispatched(self), gate.admission.yield(dispatched: dispatched)
             else { return nil }
-            return gate.lanes
+            return Gatekeeper.giveBack(gate.lanes, by: self)
         }
-        guard let lanes else { return }
-        Gatekeeper.release(lanes, by: self)
+        guard let granted else { return }
+        Gatekeeper.wake(granted)
         DispatchQueue.global().async { self.announceReady() }
     }
 
@@ -376,18 +379,20 @@ extension AsyncOperation {
     /// begins anew when the operation's queue looks at it again, as that dependency finishes.
     func gateNoteDependency(_ dependency: Operation) {
         guard !dependency.isFinished else { return }
-        let revoked: [Lane]? = core.withLock { state in
+        let granted: [(UInt64, Gatekeeper.Waiter)]? = core.withLock { state in
             // Foundation dispatches under its queue's lock from the readiness it cached, which
             // `super.addDependency` has just set to `false`: not dispatched by now, it will not be
-            // until the queue reads `isReady` again.
+            // until the queue reads `isReady` again (or it reads a `true` stored late: then it asks
+            // again as a holder of a worker).
             guard let gate = state.gate, state.life.isPending,
                 gate.admission.dependencyAdded(dispatched: FoundationQueueState.isDispatched(self) == true) == .revoke
             else {
                 return nil
             }
-            return gate.lanes
+            // Given back in the step that closes the gate (see `yieldLanes()`).
+            return Gatekeeper.giveBack(gate.lanes, by: self)
         }
-        if let revoked { Gatekeeper.release(revoked, by: self) }
+        if let granted { Gatekeeper.wake(granted) }
     }
 
     /// The gate closed again (see `Admission.Action.reopen`), holding nothing (what it was granted is
@@ -698,19 +703,20 @@ extension AsyncOperation {
                 + "\(blocked.holder.reference) holds while it waits for this operation")
     }
 
-    /// A grant the operation does not keep: the lanes to give back, and, when it declined the grant
-    /// because it cannot start, the path along which it goes on once they are given back.
+    /// A grant the operation did not keep, given back already: whom that let through, and, when it
+    /// declined the grant because it cannot start, the path along which it goes on.
     struct UnkeptGrant {
-        let lanes: [Lane]
+        let granted: [(UInt64, Gatekeeper.Waiter)]
         let reopen: Admission.Path?
     }
 
-    /// A grant for the request of `token` arrived. Returns what to give back when the request was
-    /// cancelled meanwhile, or when the operation cannot start (a dependency added while it waited has
-    /// not finished); otherwise the gate is open and the operation goes on. The caller gives the lanes
-    /// back and only then reopens (`reopenAfterDecline`): it holds nothing when it asks anew, and a
-    /// line of claimants that decline one after another is worked through in the caller's loop, not
-    /// by recursing once per claimant.
+    /// A grant for the request of `token` arrived. When the request was cancelled meanwhile, or the
+    /// operation cannot start (a dependency added while it waited has not finished), the lanes are
+    /// given back in the step that decides it (under the operation's lock: a request made anew in
+    /// between would find them still counted as its own), and the caller wakes whom that lets through,
+    /// then reopens (`reopenAfterDecline`): a line of claimants that decline one after another is
+    /// worked through in the caller's loop, not by recursing once per claimant. Otherwise the gate is
+    /// open and the operation goes on.
     func categoriesGranted(_ token: UInt64, lanes: [Lane]) -> UnkeptGrant? {
         let blocked = cannotStartNow()
         // One step decides, takes the wait to record and, granted on the launch path, the queue to add
@@ -720,12 +726,18 @@ extension AsyncOperation {
             var action: Admission.Action
             var wait: FinishedWait?
             var queue: OperationQueue?
+            var unkept: [(UInt64, Gatekeeper.Waiter)] = []
         }
         let decision: Decision = core.withLock { state in
-            guard let gate = state.gate else { return Decision(action: .giveBack) }
+            guard let gate = state.gate else {
+                return Decision(action: .giveBack, unkept: Gatekeeper.giveBack(lanes, by: self))
+            }
             let action = blocked ? gate.admission.declined(token) : gate.admission.granted(token)
-            guard action != .giveBack else { return Decision(action: action) }
+            guard action != .giveBack else {
+                return Decision(action: action, unkept: Gatekeeper.giveBack(lanes, by: self))
+            }
             var decision = Decision(action: action, wait: takeWait(gate, &state, conditions: false))
+            if case .reopen = action { decision.unkept = Gatekeeper.giveBack(lanes, by: self) }
             if action == .proceed(.launch) {
                 decision.queue = gate.launchTarget
                 gate.launchTarget = nil
@@ -734,10 +746,10 @@ extension AsyncOperation {
         }
         switch decision.action {
         case .giveBack:
-            return UnkeptGrant(lanes: lanes, reopen: nil)
+            return UnkeptGrant(granted: decision.unkept, reopen: nil)
         case .reopen(let path):
             decision.wait?.record()
-            return UnkeptGrant(lanes: lanes, reopen: path)
+            return UnkeptGrant(granted: decision.unkept, reopen: path)
         case .proceed(.launch):
             decision.wait?.record()
             decision.queue?.addOperation(self)

@@ -91,6 +91,7 @@ struct ClaimTable<Waiter> {
         }
 
         mutating func addHolder(_ id: UInt64, _ waiter: Waiter) {
+            assert(!isHeld(by: id), "an operation holds a lane at most once")
             if holder == nil { holder = (id, waiter) } else { otherHolders[WaiterKey(id)] = waiter }
         }
 
@@ -118,6 +119,8 @@ struct ClaimTable<Waiter> {
     struct Request {
         let lanes: [Lane]
         let waiter: Waiter
+        /// Its operation holds a worker of its queue while it waits: it is put first in its lines.
+        var holdsWorker = false
     }
 
     /// The lanes in use (held, or waited for); a lane nobody holds or wants is dropped. A lane is
@@ -330,7 +333,7 @@ struct ClaimTable<Waiter> {
             }
             return nil
         }
-        waiting[WaiterKey(id)] = Request(lanes: wanted, waiter: waiter)
+        waiting[WaiterKey(id)] = Request(lanes: wanted, waiter: waiter, holdsWorker: true)
         for record in records { Self.putFirst(id, in: &record.state) }
         // Heading a line that only a pace holds back, it must be timed, or nothing would grant it.
         if !paces.isEmpty {
@@ -344,6 +347,7 @@ struct ClaimTable<Waiter> {
     /// may now be granted), and the holders of its lanes without room. Nothing when it is not waiting.
     mutating func putFirst(_ id: UInt64) -> (granted: [(UInt64, Waiter)], holders: [Waiter]) {
         guard let request = waiting[WaiterKey(id)] else { return ([], []) }
+        waiting[WaiterKey(id)]?.holdsWorker = true
         let records = request.lanes.compactMap { lanes.record(for: $0) }
         for record in records {
             if !withdrawn.isEmpty { Self.skip(&withdrawn, in: &record.state) }
@@ -356,6 +360,19 @@ struct ClaimTable<Waiter> {
         lanes.shrinkIfSparse()
         guard waiting[WaiterKey(id)] != nil else { return (granted, []) }
         return (granted, Self.holders(of: records.filter { !$0.state.hasRoom }))
+    }
+
+    /// The holders of `name`'s lanes that have no room while a request whose operation holds a worker
+    /// heads their line (such requests go first, so the head is one if any waits): a limit lowered
+    /// under it took the room it was waiting for.
+    mutating func holdersKeepingWorkerHolders(of name: Lane.Name) -> [Waiter] {
+        var blocked: [LaneMap<LaneState>.Record] = []
+        for record in lanes.records where record.lane.name == name && !record.state.hasRoom {
+            if !withdrawn.isEmpty { Self.skip(&withdrawn, in: &record.state) }
+            guard let first = record.state.first, waiting[WaiterKey(first)]?.holdsWorker == true else { continue }
+            blocked.append(record)
+        }
+        return Self.holders(of: blocked)
     }
 
     private static func putFirst(_ id: UInt64, in state: inout LaneState) {

@@ -71,6 +71,13 @@ enum Gatekeeper {
         for holder in holders { holder.operation.yieldLanes() }
     }
 
+    /// Gives back `lanes`, held by `operation`, in the caller's step (under the operation's lock, the
+    /// one nesting allowed): returns whom that lets through, to wake once that lock is released.
+    static func giveBack(_ lanes: [Lane], by operation: AsyncOperation) -> [(UInt64, Waiter)] {
+        guard !lanes.isEmpty else { return [] }
+        return change { $0.release(lanes, by: operation.serialNumber) }
+    }
+
     /// Gives back `lanes`, held by `operation`, and wakes whoever that lets through.
     static func release(_ lanes: [Lane], by operation: AsyncOperation) {
         guard !lanes.isEmpty else { return }
@@ -86,8 +93,15 @@ enum Gatekeeper {
         return true
     }
 
+    /// Changes a limit; wakes the requests that now fit, and asks the holders of a lane that a holder
+    /// of a worker waits for, and that now has no room, to give it back (see ``requestFirst``).
     static func setLimit(_ limit: Int, of name: Lane.Name) {
-        wake(change { $0.setLimit(limit, of: name) })
+        let (granted, holders) = change { table in
+            let granted = table.setLimit(limit, of: name)
+            return (granted, table.holdersKeepingWorkerHolders(of: name))
+        }
+        wake(granted)
+        for holder in holders { holder.operation.yieldLanes() }
     }
 
     static func limit(of name: Lane.Name) -> Int {
@@ -118,13 +132,13 @@ enum Gatekeeper {
         table.withLock { $0.isIdle }
     }
 
-    private static func wake(_ granted: consuming [(UInt64, Waiter)]) {
+    static func wake(_ granted: consuming [(UInt64, Waiter)]) {
         // Consumed, so popping takes no copy (a copy of the array the table returned cost about 370
         // instructions per grant, callgrind).
         var pending = granted
         while let (_, waiter) = pending.popLast() {
             if let unkept = waiter.operation.categoriesGranted(waiter.token, lanes: waiter.lanes) {
-                pending.append(contentsOf: change { $0.release(unkept.lanes, by: waiter.operation.serialNumber) })
+                pending.append(contentsOf: unkept.granted)
                 if let path = unkept.reopen { waiter.operation.reopenAfterDecline(path) }
             }
         }

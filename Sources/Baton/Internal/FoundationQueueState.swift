@@ -42,12 +42,6 @@ enum FoundationQueueState: Equatable {
         stateIndex(of: operation).map { $0 >= 3 }
     }
 
-    /// Whether `operation` waits in a queue that has not dispatched it (enqueued, not yet being
-    /// dispatched); `nil` where Baton cannot read it.
-    static func isUndispatched(_ operation: Operation) -> Bool? {
-        stateIndex(of: operation).map { $0 == 2 }
-    }
-
     /// Where `operation`'s `__state` stands among the cases of Foundation's `__NSOperationState`
     /// (its index in declaration order), or `nil` when Baton cannot read it on this platform.
     private static func stateIndex(of operation: Operation) -> UInt8? {
