@@ -162,7 +162,7 @@ final class AdmissionExplorationTests: XCTestCase {
         case .queueStarts:
             world.begins -= 1
             if world.gate.isClosed { world.proceeds = 0 }
-            perform(world.gate.begin(.start, settled: false, hasConditions: world.hasConditions, holdsWorker: true), in: &world)
+            perform(world.gate.beginByStart(hasConditions: world.hasConditions, holdsWorker: true), in: &world)
             XCTAssertTrue(world.gate.holdsWorker || world.gate.isPassed, "a queue's start that waits holds a worker")
         case .yieldAsked:
             world.yields -= 1

@@ -102,12 +102,10 @@ struct Admission: Hashable {
 
     /// The operation is ready but for its gate, and goes on along `path`. `settled`: it will not
     /// execute anyway (cancelled, finished early, ruled out by a dependency), so the gate refuses at once.
-    /// `holdsWorker`: a start by the operation's own queue (see ``holdsWorker``).
-    mutating func begin(_ path: Path, settled: Bool, hasConditions: Bool, holdsWorker: Bool = false) -> Action {
+    mutating func begin(_ path: Path, settled: Bool, hasConditions: Bool) -> Action {
         switch stage {
         case .closed:
             self.path = path
-            if path == .start && holdsWorker { self.holdsWorker = true }
             mustLookAgain = false
             if settled {
                 stage = .refused
@@ -119,13 +117,26 @@ struct Admission: Hashable {
             return evaluates ? .evaluate(token) : .request(token)
         case .evaluating, .waiting:
             // A start by hand while the gate is in progress: the start goes on once it opens.
-            guard path == .start else { return .none }
-            self.path = .start
-            guard holdsWorker, !self.holdsWorker else { return .none }
-            self.holdsWorker = true
-            // A request already made goes first now; one still to be made (after the conditions) will.
-            if case .waiting(let token) = stage { return .putFirst(token) }
+            if path == .start { self.path = .start }
             return .none
+        case .open, .refused, .released:
+            return .none
+        }
+    }
+
+    /// `start()` was called before the gate opened: as `begin(.start, …)`. `holdsWorker`: the
+    /// operation's own queue called it (see ``holdsWorker``); a request already made then goes first,
+    /// and one still to be made (after the conditions) will.
+    mutating func beginByStart(hasConditions: Bool, holdsWorker: Bool) -> Action {
+        guard holdsWorker, !self.holdsWorker else { return begin(.start, settled: false, hasConditions: hasConditions) }
+        switch stage {
+        case .closed, .evaluating:
+            self.holdsWorker = true
+            return begin(.start, settled: false, hasConditions: hasConditions)
+        case .waiting(let token):
+            self.holdsWorker = true
+            path = .start
+            return .putFirst(token)
         case .open, .refused, .released:
             return .none
         }

@@ -37,12 +37,15 @@ final class OperationGate {
 /// kept inline (two announcements of one operation at once are rare), so an announcement allocates
 /// nothing.
 struct Announcers {
+    /// How many announcements are under way (one load to see that none is: every read checks).
+    private var count = 0
     private var first: (thread: UInt, read: Bool)?
     private var others: [(thread: UInt, read: Bool)] = []
 
-    var isEmpty: Bool { first == nil && others.isEmpty }
+    var isEmpty: Bool { count == 0 }
 
     mutating func begin(_ thread: UInt) {
+        count += 1
         if first == nil { first = (thread, false) } else { others.append((thread, false)) }
     }
 
@@ -52,7 +55,10 @@ struct Announcers {
             others.remove(at: index)
         } else if first?.thread == thread {
             first = others.isEmpty ? nil : others.removeFirst()
+        } else {
+            return
         }
+        count -= 1
     }
 
     /// A read of `isReady` on `thread`: `true` when it is the first read of the latest announcement
@@ -285,10 +291,19 @@ extension AsyncOperation {
         return action == .none || perform(action, goingOn: true)
     }
 
+    /// Feeds `beginByStart` (under the lock): `start()` was called before the gate opened, by the
+    /// operation's own queue when `holdsWorker`.
+    func beginByStart(_ gate: OperationGate, holdsWorker: Bool) -> Admission.Action {
+        noteEvaluation(gate.admission.beginByStart(hasConditions: !gate.conditions.isEmpty, holdsWorker: holdsWorker), gate)
+    }
+
     /// Feeds `begin` (under the lock). `settled`: the operation will not execute anyway.
-    func begin(_ gate: OperationGate, path: Admission.Path, settled: Bool, holdsWorker: Bool = false) -> Admission.Action {
-        let action = gate.admission.begin(
-            path, settled: settled, hasConditions: !gate.conditions.isEmpty, holdsWorker: holdsWorker)
+    func begin(_ gate: OperationGate, path: Admission.Path, settled: Bool) -> Admission.Action {
+        noteEvaluation(gate.admission.begin(path, settled: settled, hasConditions: !gate.conditions.isEmpty), gate)
+    }
+
+    /// A passage that evaluates its conditions starts waiting for them now.
+    private func noteEvaluation(_ action: Admission.Action, _ gate: OperationGate) -> Admission.Action {
         if case .evaluate = action { gate.conditionsSince = DispatchTime.now().uptimeNanoseconds }
         return action
     }

@@ -203,7 +203,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
                 // Not past its gate (started by hand, or by a queue that did not ask `isReady`): the
                 // gate starts it again once it opens.
                 // Started by its queue, it holds one of the queue's workers while it waits.
-                return .admit(begin(state.gate!, path: .start, settled: false, holdsWorker: caller.foundation == .starting))
+                return .admit(beginByStart(state.gate!, holdsWorker: caller.foundation == .starting))
             case .finishUnexecuted:
                 return .finish(state.takeOutcomeListeners(executed: false))
             case .announce(let notReady):
