@@ -97,11 +97,16 @@ struct ClaimTable<Waiter> {
 
         /// `false` when `id` did not hold it.
         mutating func removeHolder(_ id: UInt64) -> Bool {
-            if holder?.id == id {
+            takeHolder(id) != nil
+        }
+
+        /// Removes `id`'s hold and returns its waiter (`nil` when it held none).
+        mutating func takeHolder(_ id: UInt64) -> Waiter? {
+            if let first = holder, first.id == id {
                 holder = nil
-                return true
+                return first.waiter
             }
-            return otherHolders.removeValue(forKey: WaiterKey(id)) != nil
+            return otherHolders.removeValue(forKey: WaiterKey(id))
         }
 
         mutating func popFirst() {
@@ -140,6 +145,18 @@ struct ClaimTable<Waiter> {
     /// callgrind). At most one, holding no operation; only a top-level lane, and only while no category
     /// has a rate (a paced lane is kept while its grants cool, by its own rule).
     private var idle: LaneMap<LaneState>.Record?
+    /// Waiters the table let go of in a step for an operation other than the one it serves: a
+    /// composite's kept hold, given back once what it lent is unused. A waiter holds its operation,
+    /// whose last reference this may be: it must not be freed under the table's lock (its deinit, or a
+    /// scope's, may call the table), so the gatekeeper takes them after each step (``takeLetGo()``).
+    private(set) var letGo: [Waiter] = []
+
+    /// Takes what ``letGo`` holds.
+    mutating func takeLetGo() -> [Waiter] {
+        defer { letGo = [] }
+        return letGo
+    }
+
     /// Paces by name. While it is empty no lane has a pace, and every pace check is skipped without
     /// reading the lane's record (on the hot path, a record is usually cold in the cache).
     private var paces: [Lane.Name: Pace] = [:]
@@ -502,7 +519,8 @@ struct ClaimTable<Waiter> {
                 // A lent lane's lender finished while it was in use: its hold is given back now.
                 if let lender = record.state.lenderRelease {
                     record.state.lenderRelease = nil
-                    if let held = lanes.record(for: lender), held.state.removeHolder(record.lane.under) {
+                    if let held = lanes.record(for: lender), let waiter = held.state.takeHolder(record.lane.under) {
+                        letGo.append(waiter)
                         pending.append(held)
                     }
                 }

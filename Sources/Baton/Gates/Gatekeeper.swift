@@ -24,11 +24,24 @@ enum Gatekeeper {
     }()
 
     /// Changes the table under its lock; when the change left a line that only a pace holds back (or
-    /// a lane to forget later) before any armed timer, arms one for it.
+    /// a lane to forget later) before any armed timer, arms one for it. Waiters the change let go of
+    /// for another operation (``ClaimTable/letGo``) are released on a thread of their own: the caller
+    /// may hold an operation's lock, and freeing a composite (and its scope) calls the table again.
     private static func change<Result>(_ body: (inout ClaimTable<Waiter>) -> Result) -> Result {
-        let (result, deadline) = table.withLock { table in (body(&table), table.deadlineToArm()) }
+        let (result, deadline, remains) = table.withLock { table -> (Result, UInt64?, Remains?) in
+            (body(&table), table.deadlineToArm(), table.letGo.isEmpty ? nil : Remains(table.takeLetGo()))
+        }
         if let deadline { Deadlines.at(deadline) { wake(change { $0.advance() }) } }
+        // The box is emptied there, whichever thread lets go of the box itself last.
+        if let remains { DispatchQueue.global().async { remains.release() } }
         return result
+    }
+
+    /// Waiters to let go of off the caller's thread (see ``change(_:)``).
+    private final class Remains: @unchecked Sendable {
+        private var waiters: [Waiter]
+        init(_ waiters: [Waiter]) { self.waiters = waiters }
+        func release() { waiters = [] }
     }
 
     /// Asks for `lanes` for `operation`; `true` when granted now, `false` when it waits. `nil`: nothing

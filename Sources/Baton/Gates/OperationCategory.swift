@@ -94,7 +94,9 @@ public final class ExclusivityScope: Sendable, Hashable, CustomStringConvertible
     deinit {
         // Limits are kept by the scope's identity, which a scope made later may take over. The table's
         // lock is free here: the table keeps no scope, and nothing lets go of an operation's last
-        // reference under that lock (each caller is a method of the operation it gives back).
+        // reference under that lock (each caller is a method of the operation it gives back, and a
+        // composite's kept hold, given back for another operation, is released off the lock: see
+        // `ClaimTable.letGo`).
         Gatekeeper.forgetLimits(of: ObjectIdentifier(self))
     }
 
