@@ -22,13 +22,9 @@ final class WorkerHolderAttackTests: BatonTestCase {
         let lane = DispatchQueue(label: "worker-holder.serial")
         // `underlyingQueue` does not retain its dispatch queue.
         defer { withExtendedLifetime(lane) {} }
-        let queue = OperationQueue()
-        queue.maxConcurrentOperationCount = 1
-        queue.underlyingQueue = lane
-        let release = DispatchSemaphore(value: 0)
-        let blocker = BlockOperation { release.wait() }
-        queue.addOperation(blocker)
-        XCTAssertTrue(eventually { blocker.isExecuting })
+        let serial = OperationQueue()
+        serial.underlyingQueue = lane
+        let (queue, release) = oneWorkerQueueHeldByABlocker(serial)
 
         let order = Locked<[String]>([])
         // W: its queue starts it before its gate opens (the project's own double for Linux's stale
@@ -75,12 +71,7 @@ final class WorkerHolderAttackTests: BatonTestCase {
         var hangs = 0
         for trial in 0..<trials {
             let x = OperationCategory("X", in: ExclusivityScope("worker-holder-launch-hammer-\(trial)"))
-            let queue = OperationQueue()
-            queue.maxConcurrentOperationCount = 1
-            let release = DispatchSemaphore(value: 0)
-            let blocker = BlockOperation { release.wait() }
-            queue.addOperation(blocker)
-            XCTAssertTrue(eventually { blocker.isExecuting })
+            let (queue, release) = oneWorkerQueueHeldByABlocker()
             let eager = LiesAboutReadiness {}
             eager.queuePriority = .veryHigh
             try eager.addExclusivity(x)
@@ -122,12 +113,7 @@ final class WorkerHolderAttackTests: BatonTestCase {
         let x = OperationCategory("X", in: scope)
         let y = OperationCategory("Y", in: scope)
         let g = try holding(y)
-        let queue = OperationQueue()
-        queue.maxConcurrentOperationCount = 1
-        let release = DispatchSemaphore(value: 0)
-        let blocker = BlockOperation { release.wait() }
-        queue.addOperation(blocker)
-        XCTAssertTrue(eventually { blocker.isExecuting })
+        let (queue, release) = oneWorkerQueueHeldByABlocker()
         let holder = AsyncBlockOperation { $0.finish() }
         try holder.addExclusivity(x)
         queue.addOperation(holder)
@@ -152,21 +138,6 @@ final class WorkerHolderAttackTests: BatonTestCase {
         XCTAssertTrue(eventually { Gatekeeper.isIdle })
     }
     #endif
-}
-
-/// Says it is ready whatever its gate says: its queue starts it before its gate opens, as Linux's queue
-/// does from a readiness it cached before a dependency was added.
-final class LiesAboutReadiness: AsyncOperation, @unchecked Sendable {
-    let work: @Sendable () -> Void
-    init(_ work: @escaping @Sendable () -> Void) {
-        self.work = work
-        super.init()
-    }
-    override var isReady: Bool { true }
-    override func execute() {
-        work()
-        finish()
-    }
 }
 
 /// Holds the read of `isReady` that Foundation makes while it adds the operation (state `enqueuing`)

@@ -37,12 +37,15 @@ final class MeteredLiar: AsyncOperation, @unchecked Sendable {
 final class WorkerHolderHammerTests: BatonTestCase {
     /// Worker-holders (lying operations) among ordinary claimants in queues of one and two workers (one
     /// on a serial `underlyingQueue`), each held by a blocker released at a random moment, limits 1 to
-    /// 3, late dependencies and cancels from other threads, added with Foundation's `addOperation`
+    /// 3, late dependencies and cancels from other threads (with BATON_FOUNDATION_CONTROLS=1 also a
+    /// queue's suspension toggled, a barrier and
+    /// sometimes `cancelAllOperations`: an open defect, see below), added with Foundation's `addOperation`
     /// (and, in every other trial, a third with Baton's `run(on:)`): the meter never exceeds the limit,
     /// nothing executes twice, everything finishes, nothing stays held.
     func testWorkerHoldersAmongClaimants() throws {
         let trials = ProcessInfo.processInfo.environment["BATON_TRIALS"].flatMap(Int.init) ?? 100
         // Every other trial launches a third of the operations with Baton's `run(on:)` (the launch path).
+        let foundationControls = ProcessInfo.processInfo.environment["BATON_FOUNDATION_CONTROLS"] == "1"
         let launchesSome = ProcessInfo.processInfo.environment["BATON_LAUNCH"].map { $0 == "1" }
         var random = SplitMix(state: UInt64(ProcessInfo.processInfo.environment["BATON_SEED"].flatMap(Int.init) ?? 7))
         var failures: [String] = []
@@ -68,7 +71,9 @@ final class WorkerHolderHammerTests: BatonTestCase {
             let releaseSpins = queues.map { _ in random.next(20000) }
             let count = 12
             let operations = try (0..<count).map { index -> MeteredLiar in
-                let operation = MeteredLiar(meter, lies: random.next(4) == 0, name: "op\(index)")
+                let operation = MeteredLiar(
+                    meter, lies: random.next(4) == 0 && ProcessInfo.processInfo.environment["BATON_LIARS"] != "0",
+                    name: "op\(index)")
                 try operation.addExclusivity(x)
                 if random.next(3) == 0 { operation.queuePriority = .veryHigh }
                 return operation
@@ -79,6 +84,14 @@ final class WorkerHolderHammerTests: BatonTestCase {
             }
             let lateDeps = (0..<3).map { _ in (random.next(count), random.next(count), random.next(3000)) }
             let cancels = (0..<2).map { _ in (random.next(count), random.next(5000)) }
+            // Foundation's own controls on the same queues (only with BATON_FOUNDATION_CONTROLS=1):
+            // suspension toggled, a barrier, and in every fourth trial `cancelAllOperations`. OPEN
+            // DEFECT, found in stop 44's final review and not yet diagnosed: with them, a trial in a few
+            // hundred never finishes (every operation of a queue pending, its gate never begun; also
+            // with BATON_LIARS=0, so not the worker holders), a starting thread can stay blocked, and
+            // one run ended in SIGSEGV. Off by default until it is fixed, so that CI stays meaningful.
+            let controls = (suspend: random.next(3), barrier: random.next(3), cancelAll: random.next(3), spin: random.next(5000))
+            let cancelsAll = trial % 4 == 3
             let line = StartingLine()
             for half in 0..<2 {
                 line.thread {
@@ -106,6 +119,17 @@ final class WorkerHolderHammerTests: BatonTestCase {
                     operations[index].cancel()
                 }
             }
+            if foundationControls {
+                line.thread {
+                    spinRounds(controls.spin)
+                    for _ in 0..<3 {
+                        queues[controls.suspend].isSuspended = true
+                        queues[controls.suspend].isSuspended = false
+                    }
+                    queues[controls.barrier].addBarrierBlock {}
+                    if cancelsAll { queues[controls.cancelAll].cancelAllOperations() }
+                }
+            }
             line.thread {
                 for (release, spin) in zip(releases, releaseSpins) {
                     spinRounds(spin)
@@ -118,7 +142,7 @@ final class WorkerHolderHammerTests: BatonTestCase {
             if !finished || meter.most > limit {
                 let message =
                     "trial \(trial) limit \(limit): finished \(finished), most \(meter.most)\n"
-                    + operations.filter { !$0.isFinished || true }.map(\.dump).joined(separator: "\n")
+                    + operations.map(\.dump).joined(separator: "\n")
                 print(message)
                 failures.append(message)
                 for operation in operations { operation.cancel() }

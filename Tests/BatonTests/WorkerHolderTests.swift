@@ -97,12 +97,7 @@ final class WorkerHolderTests: BatonTestCase {
         throw XCTSkip("Baton reads Foundation's record of a queue's operations on Linux only")
         #else
         let x = OperationCategory("X", in: ExclusivityScope("worker-holder"))
-        let queue = OperationQueue()
-        queue.maxConcurrentOperationCount = 1
-        let release = DispatchSemaphore(value: 0)
-        let blocker = BlockOperation { release.wait() }
-        queue.addOperation(blocker)
-        XCTAssertTrue(eventually { blocker.isExecuting }, "the blocker takes the only worker")
+        let (queue, release) = oneWorkerQueueHeldByABlocker()
         let order = Locked<[String]>([])
         let holder = AsyncBlockOperation { operation in
             order.append("H")
@@ -112,7 +107,7 @@ final class WorkerHolderTests: BatonTestCase {
         queue.addOperation(holder)
         // The read a queue makes as it walks: the gate begins, and X is granted at once.
         XCTAssertTrue(holder.isReady, "granted X while it waits for a worker")
-        let eager = ClaimsWhateverItsReadinessSays { order.append("U") }
+        let eager = LiesAboutReadiness { order.append("U") }
         eager.readsReadiness = readsFirst
         eager.queuePriority = .veryHigh
         try eager.addExclusivity(x)
@@ -128,29 +123,6 @@ final class WorkerHolderTests: BatonTestCase {
         XCTAssertEqual(order.value, ["U", "H"], "the holder gave X to the operation with the worker")
         XCTAssertTrue(eventually { Gatekeeper.isIdle })
         #endif
-    }
-}
-
-/// Says it is ready whatever its gate says (reading the real answer first with `readsReadiness`, which
-/// begins its gate when its queue holds it): its queue starts it before its gate opens, as Linux's
-/// queue does from a readiness it cached before a dependency was added.
-private final class ClaimsWhateverItsReadinessSays: AsyncOperation, @unchecked Sendable {
-    let work: @Sendable () -> Void
-    nonisolated(unsafe) var readsReadiness = false
-
-    init(_ work: @escaping @Sendable () -> Void) {
-        self.work = work
-        super.init()
-    }
-
-    override var isReady: Bool {
-        if readsReadiness { _ = super.isReady }
-        return true
-    }
-
-    override func execute() {
-        work()
-        finish()
     }
 }
 

@@ -364,3 +364,37 @@ func spinRounds(_ rounds: Int) {
     for value in 0..<rounds { sum &+= value }
     if sum == -1 { print(sum) }
 }
+
+/// A queue of one worker, which a blocker takes until the returned semaphore is signalled: what is
+/// added meanwhile waits for that worker.
+func oneWorkerQueueHeldByABlocker(_ queue: OperationQueue = OperationQueue()) -> (OperationQueue, release: DispatchSemaphore) {
+    queue.maxConcurrentOperationCount = 1
+    let release = DispatchSemaphore(value: 0)
+    let blocker = BlockOperation { release.wait() }
+    queue.addOperation(blocker)
+    XCTAssertTrue(eventually { blocker.isExecuting }, "the blocker takes the only worker")
+    return (queue, release)
+}
+
+/// Says it is ready whatever its gate says (reading the real answer first with `readsReadiness`, which
+/// begins its gate when its queue holds it): its queue starts it before its gate opens, as Linux's
+/// queue does from a readiness it cached before a dependency was added.
+final class LiesAboutReadiness: AsyncOperation, @unchecked Sendable {
+    let work: @Sendable () -> Void
+    nonisolated(unsafe) var readsReadiness = false
+
+    init(_ work: @escaping @Sendable () -> Void) {
+        self.work = work
+        super.init()
+    }
+
+    override var isReady: Bool {
+        if readsReadiness { _ = super.isReady }
+        return true
+    }
+
+    override func execute() {
+        work()
+        finish()
+    }
+}
