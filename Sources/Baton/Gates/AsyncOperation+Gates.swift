@@ -267,16 +267,26 @@ extension AsyncOperation {
         }
     }
 
-    /// Called by a Baton entry point about to add the operation to `queue`: `true` to add it now. An
-    /// operation whose gate is still closed and whose dependencies have all finished passes it first,
-    /// outside the queue, and is added once it opens: waiting takes no worker and no place in the
-    /// queue's list.
-    func admitForLaunch(on queue: OperationQueue) -> Bool {
+    /// What a Baton entry point does with an operation it is about to add to a queue (see
+    /// ``admitForLaunch(on:)``).
+    enum LaunchAdmission {
+        /// Add it now; it has no gate to pass first, or its gate is closed and its queue will begin it.
+        case add
+        /// Add it now, then call ``gateNoteEnqueuedPassed()``: its gate passed outside the queue.
+        case addPassed
+        /// Do not add it: its gate adds it once it opens.
+        case later
+    }
+
+    /// Called by a Baton entry point about to add the operation to `queue`. An operation whose gate is
+    /// still closed and whose dependencies have all finished passes it first, outside the queue, and
+    /// is added once it opens: waiting takes no worker and no place in the queue's list.
+    func admitForLaunch(on queue: OperationQueue) -> LaunchAdmission {
         let (gated, policy) = core.withLock { ($0.gate.map { $0.admission.isClosed } ?? false, $0.policy) }
-        guard gated, !queue.isSuspended else { return true }
+        guard gated, !queue.isSuspended else { return .add }
         // Read once: whether they have all finished, then what they say.
         let dependencies = self.dependencies
-        guard dependencies.allSatisfy(\.isFinished) else { return true }
+        guard dependencies.allSatisfy(\.isFinished) else { return .add }
         let verdict = dependencyVerdict(policy, of: dependencies)
         let (action, claim): (Admission.Action, Claim?) = core.withLock { state in
             guard let gate = state.gate, gate.admission.isClosed else { return (.none, nil) }
@@ -287,8 +297,14 @@ extension AsyncOperation {
             return (action, Claim(gate, &state))
         }
         // Refused at once, or a request granted at once, comes back as `proceed`: added in this call.
-        if case .request(let token) = action { return request(token, claim, goingOn: true) }
-        return action == .none || perform(action, goingOn: true)
+        let now: Bool
+        if case .request(let token) = action {
+            now = request(token, claim, goingOn: true)
+        } else {
+            if action == .none { return .add }
+            now = perform(action, goingOn: true)
+        }
+        return now ? .addPassed : .later
     }
 
     /// Feeds `beginByStart` (under the lock): `start()` was called before the gate opened, by the
@@ -394,11 +410,38 @@ extension AsyncOperation {
     /// begins anew when the operation's queue looks at it again, as that dependency finishes.
     func gateNoteDependency(_ dependency: Operation) {
         guard !dependency.isFinished else { return }
+        takeBackGrantForUnfinishedDependency()
+    }
+
+    /// Adds the operation, whose gate passed along the launch path, to `queue`, then checks what the
+    /// queue added with it (see ``gateNoteEnqueuedPassed()``).
+    private func enterQueuePassed(_ queue: OperationQueue) {
+        queue.addOperation(self)
+        gateNoteEnqueuedPassed()
+    }
+
+    /// Called once the operation, whose gate passed along the launch path (outside the queue), has
+    /// been added to its queue. Linux's queue makes an operation it adds behind a pending barrier
+    /// depend on that barrier, without `addDependency` (so ``gateNoteDependency(_:)`` never hears of
+    /// it) and without listing it in `dependencies`. Kept, the grant would hold the operation's
+    /// categories until the barrier has run, while the barrier waits for the operations added before
+    /// it, which may be waiting for those categories: all of them would wait for good. Foundation's own
+    /// readiness (its count of unfinished dependencies, barriers included) tells: when it says no, the
+    /// grant is taken back as for a late dependency, and the gate begins again when the queue reads
+    /// `isReady` once the barrier has finished.
+    func gateNoteEnqueuedPassed() {
+        guard !super.isReady else { return }
+        takeBackGrantForUnfinishedDependency()
+    }
+
+    /// An unfinished dependency the gate did not wait for: a passed gate of an operation its queue has
+    /// not dispatched gives back what it holds and closes (see `Admission.dependencyAdded`).
+    private func takeBackGrantForUnfinishedDependency() {
         let granted: [(UInt64, Gatekeeper.Waiter)]? = core.withLock { state in
-            // Foundation dispatches under its queue's lock from the readiness it cached, which
-            // `super.addDependency` has just set to `false`: not dispatched by now, it will not be
-            // until the queue reads `isReady` again (or it reads a `true` stored late: then it asks
-            // again as a holder of a worker).
+            // Foundation dispatches under its queue's lock from the readiness it cached, which the
+            // dependency has just set to `false`: not dispatched by now, it will not be until the
+            // queue reads `isReady` again (or it reads a `true` stored late: then it asks again as a
+            // holder of a worker).
             guard let gate = state.gate, state.life.isPending,
                 gate.admission.dependencyAdded(dispatched: FoundationQueueState.isDispatched(self) == true) == .revoke
             else {
@@ -434,7 +477,7 @@ extension AsyncOperation {
         case .launch:
             guard let queue = takeLaunchTarget() else { return false }
             if goingOn { return true }
-            queue.addOperation(self)
+            enterQueuePassed(queue)
         case .start:
             Trampoline.run { self.start() }
         }
@@ -767,7 +810,7 @@ extension AsyncOperation {
             return UnkeptGrant(granted: decision.unkept, reopen: path)
         case .proceed(.launch):
             decision.wait?.record()
-            decision.queue?.addOperation(self)
+            if let queue = decision.queue { enterQueuePassed(queue) }
             return nil
         case let action:
             decision.wait?.record()

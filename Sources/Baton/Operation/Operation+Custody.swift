@@ -163,13 +163,23 @@ extension OperationQueue {
     func launch(_ operations: [Operation]) {
         var enqueued = [Operation]()
         enqueued.reserveCapacity(operations.count)
+        // Gates passed outside the queue, checked once the queue has them (see
+        // `AsyncOperation.gateNoteEnqueuedPassed()`).
+        var passed = [AsyncOperation]()
         // Read once for the batch: whether the queue runs on the main thread reads its dispatch queue.
         let key = AsyncOperation.Life.QueueKey(queue: ObjectIdentifier(self), onMainThread: runsOnMainThread)
         for operation in operations {
             if let baton = operation as? AsyncOperation {
                 switch baton.beginLaunch(on: self, key: key) {
                 // An operation with a gate passes it first, outside the queue, when it can.
-                case .enqueue: if baton.admitForLaunch(on: self) { enqueued.append(baton) }
+                case .enqueue:
+                    switch baton.admitForLaunch(on: self) {
+                    case .add: enqueued.append(baton)
+                    case .addPassed:
+                        enqueued.append(baton)
+                        passed.append(baton)
+                    case .later: break
+                    }
                 // A plain call: the start of a cancelled operation only retires and finishes, and what
                 // that recurses into goes through the trampoline. A caller that waits for the
                 // operation (a blocking or async run) finds it finished when this returns.
@@ -187,6 +197,7 @@ extension OperationQueue {
         }
         guard !enqueued.isEmpty else { return }
         if enqueued.count == 1 { addOperation(enqueued[0]) } else { addOperations(enqueued, waitUntilFinished: false) }
+        for baton in passed { baton.gateNoteEnqueuedPassed() }
     }
 
     /// Hands one claimed operation to the queue (see ``launch(_:)-([Operation])``).
