@@ -72,6 +72,45 @@ final class DependencyPolicyTests: BatonTestCase {
         }
     }
 
+    /// Baton's final classes skip reading `dependencies` until one is added (stop 45): every way of
+    /// adding one still rules the operation out when it failed, started by a queue, by Baton's launch,
+    /// or as a group's child, and an operation of a subclass that lists its own is still read.
+    func testAFinalClassSkipsReadingDependenciesOnlyUntilOneIsAdded() throws {
+        XCTAssertTrue(AsyncBlockOperation.listsOnlyAddedDependencies)
+        XCTAssertFalse(ImmediateOperation.listsOnlyAddedDependencies)
+        XCTAssertFalse(GroupOperation.listsOnlyAddedDependencies)
+        let ran = Locked(0)
+        func make() -> AsyncBlockOperation {
+            AsyncBlockOperation {
+                ran.increment()
+                $0.finish()
+            }
+        }
+        let failed = ImmediateOperation(.failure(TestError(code: 23)), name: "dependency")
+        _ = try? failed.runForOutcome(timeout: .seconds(testTimeout))
+
+        let viaFoundation = make()
+        (viaFoundation as Operation).addDependency(failed)
+        let queue = OperationQueue()
+        queue.addOperation(viaFoundation)
+        drain(queue)
+
+        let launched = make()
+        launched.addDependency(failed)
+        XCTAssertThrowsError(try launched.run(on: queue, timeout: .seconds(testTimeout)))
+
+        let child = make()
+        child.addDependency(failed)
+        _ = try GroupOperation(operations: [child]).runForOutcome(timeout: .seconds(testTimeout))
+
+        XCTAssertEqual(ran.value, 0)
+        for operation in [viaFoundation, launched, child] {
+            guard case .failed(BatonError.dependencyFailed)? = operation.outcome else {
+                return XCTFail("got \(String(describing: operation.outcome))")
+            }
+        }
+    }
+
     /// A failed dependency rules the operation out however Baton learns of it: added through a
     /// reference typed as Foundation's `Operation`, added to a gated group child (held back until its
     /// dependencies finished), or listed by a subclass's `dependencies` override. (A review found the

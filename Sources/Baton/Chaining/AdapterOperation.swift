@@ -96,6 +96,9 @@ open class AdapterOperation: ResultOperation<ChainAdapter.Decision>, @unchecked 
 /// }
 /// ```
 public final class AdapterBlockOperation: AdapterOperation, @unchecked Sendable {
+    /// Its `dependencies` are those added with `addDependency` (see `AsyncOperation.listsOnlyAddedDependencies`).
+    override class var listsOnlyAddedDependencies: Bool { true }
+
     private let adapt:
         @Sendable (_ upstream: Operation, _ outcome: Outcome<any Sendable>, _ downstream: Operation) throws ->
             ChainAdapter.Decision

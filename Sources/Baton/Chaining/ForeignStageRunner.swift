@@ -16,6 +16,9 @@ import Foundation
 /// Cancelling the runner (the user's `cancelAllOperations()`) cancels the stage instead: the runner
 /// always runs, so the stage always finishes and the chain goes on.
 final class ForeignStageRunner: AsyncOperation, @unchecked Sendable {
+    /// Its `dependencies` are those added with `addDependency` (see `AsyncOperation.listsOnlyAddedDependencies`).
+    override class var listsOnlyAddedDependencies: Bool { true }
+
     /// Baton's queue for Foundation stages: nothing else is ever added to it, so it has no barrier.
     private static let stages: OperationQueue = {
         let queue = OperationQueue()

@@ -17,6 +17,9 @@ import Foundation
 /// It keeps only what its output needs: each child's output is taken as the child finishes, and the
 /// child is let go (unless `keepsFinishedChildren`).
 public final class ResultGroupOperation<Element: Sendable>: ResultOperation<[Element]>, ProgressReporting, @unchecked Sendable {
+    /// Its `dependencies` are those added with `addDependency` (see `AsyncOperation.listsOnlyAddedDependencies`).
+    override class var listsOnlyAddedDependencies: Bool { true }
+
     override class var recordsAsComposite: Bool { true }
 
     let group: ChildGroup

@@ -27,6 +27,9 @@ import Foundation
 ///   attempt only, and nothing during the delay before the next one. Create it with `keepsFinishedChildren: true` to keep every attempt for
 ///   ``attemptsMade``.
 public final class RetryOperation<Output: Sendable>: ResultOperation<Output>, ProgressReporting, @unchecked Sendable {
+    /// Its `dependencies` are those added with `addDependency` (see `AsyncOperation.listsOnlyAddedDependencies`).
+    override class var listsOnlyAddedDependencies: Bool { true }
+
     override class var recordsAsComposite: Bool { true }
 
     /// The total number of attempts allowed.

@@ -21,6 +21,9 @@ import Foundation
 ///   ``TreeNode/window`` operations in flight and makes the next as one finishes, taking its items
 ///   lazily from the sequence its mapping returned.
 public final class TreeOperation<Input: Sendable>: AsyncOperation, ProgressReporting, @unchecked Sendable {
+    /// Its `dependencies` are those added with `addDependency` (see `AsyncOperation.listsOnlyAddedDependencies`).
+    override class var listsOnlyAddedDependencies: Bool { true }
+
     override class var recordsAsComposite: Bool { true }
 
     private let root: AnyTreeNode<Input>

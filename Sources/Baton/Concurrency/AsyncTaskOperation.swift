@@ -11,6 +11,9 @@ import Foundation
 /// throws anything after it was cancelled) finishes the operation cancelled; any other error fails
 /// it; a value succeeds it.
 public final class AsyncTaskOperation<Output: Sendable>: ResultOperation<Output>, @unchecked Sendable {
+    /// Its `dependencies` are those added with `addDependency` (see `AsyncOperation.listsOnlyAddedDependencies`).
+    override class var listsOnlyAddedDependencies: Bool { true }
+
     private let priority: TaskPriority?
     private let body: @Sendable () async throws -> Output
     private let task = Mutex<Task<Void, Never>?>(nil)

@@ -282,10 +282,12 @@ extension AsyncOperation {
     /// still closed and whose dependencies have all finished passes it first, outside the queue, and
     /// is added once it opens: waiting takes no worker and no place in the queue's list.
     func admitForLaunch(on queue: OperationQueue) -> LaunchAdmission {
-        let (gated, policy) = core.withLock { ($0.gate.map { $0.admission.isClosed } ?? false, $0.policy) }
+        let (gated, policy, hasDependencies) = core.withLock {
+            ($0.gate.map { $0.admission.isClosed } ?? false, $0.policy, $0.hasDependencies)
+        }
         guard gated, !queue.isSuspended else { return .add }
         // Read once: whether they have all finished, then what they say.
-        let dependencies = self.dependencies
+        let dependencies = hasDependencies || !Self.listsOnlyAddedDependencies ? self.dependencies : []
         guard dependencies.allSatisfy(\.isFinished) else { return .add }
         let verdict = dependencyVerdict(policy, of: dependencies)
         let (action, claim): (Admission.Action, Claim?) = core.withLock { state in
@@ -409,8 +411,7 @@ extension AsyncOperation {
     /// of an open gate whose operation has not started: they are given back at once, and the gate
     /// begins anew when the operation's queue looks at it again, as that dependency finishes.
     func gateNoteDependency(_ dependency: Operation) {
-        guard !dependency.isFinished else { return }
-        takeBackGrantForUnfinishedDependency()
+        takeBackGrantForUnfinishedDependency(unfinished: !dependency.isFinished)
     }
 
     /// Adds the operation, whose gate passed along the launch path, to `queue`, then checks what the
@@ -431,13 +432,16 @@ extension AsyncOperation {
     /// `isReady` once the barrier has finished.
     func gateNoteEnqueuedPassed() {
         guard !super.isReady else { return }
-        takeBackGrantForUnfinishedDependency()
+        takeBackGrantForUnfinishedDependency(unfinished: true, added: false)
     }
 
     /// An unfinished dependency the gate did not wait for: a passed gate of an operation its queue has
-    /// not dispatched gives back what it holds and closes (see `Admission.dependencyAdded`).
-    private func takeBackGrantForUnfinishedDependency() {
+    /// not dispatched gives back what it holds and closes (see `Admission.dependencyAdded`). `added`:
+    /// it came through `addDependency` (see `State.hasDependencies`), in the same lock step.
+    private func takeBackGrantForUnfinishedDependency(unfinished: Bool, added: Bool = true) {
         let granted: [(UInt64, Gatekeeper.Waiter)]? = core.withLock { state in
+            if added { state.hasDependencies = true }
+            guard unfinished else { return nil }
             // Foundation dispatches under its queue's lock from the readiness it cached, which the
             // dependency has just set to `false`: not dispatched by now, it will not be until the
             // queue reads `isReady` again (or it reads a `true` stored late: then it asks again as a

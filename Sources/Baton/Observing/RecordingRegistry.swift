@@ -258,9 +258,8 @@ extension AsyncOperation {
         }
     }
 
-    /// The recorded operations of `recorder` this operation depends on.
-    func recordedDependencies(in recorder: FlightRecorder) -> [Int] {
-        let dependencies = self.dependencies
+    /// The recorded operations of `recorder` among `dependencies` (this operation's).
+    func recordedDependencies(_ dependencies: [Operation], in recorder: FlightRecorder) -> [Int] {
         guard !dependencies.isEmpty else { return [] }
         return dependencies.compactMap { dependency in
             guard let recording = (dependency as? AsyncOperation)?.recording, recording.recorder === recorder else {

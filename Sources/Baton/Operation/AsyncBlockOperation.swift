@@ -10,6 +10,9 @@
 /// }
 /// ```
 public final class AsyncBlockOperation: AsyncOperation, @unchecked Sendable {
+    /// Its `dependencies` are those added with `addDependency` (see `AsyncOperation.listsOnlyAddedDependencies`).
+    override class var listsOnlyAddedDependencies: Bool { true }
+
     private let body: @Sendable (AsyncBlockOperation) -> Void
     private let cancelHandler: (@Sendable (AsyncBlockOperation) -> Void)?
 

@@ -166,7 +166,9 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     public final override func start() {
         // Facts gathered before the lock: they read other locks (dependencies, Foundation's, the
         // recorder's). The machine decides on them under the operation's lock, in one step.
-        let (policy, link, custody) = core.withLock { ($0.policy, $0.recorderLink, $0.life.custody) }
+        let (policy, link, custody, hasDependencies) = core.withLock {
+            ($0.policy, $0.recorderLink, $0.life.custody, $0.hasDependencies)
+        }
         // Only the custody of a queue (Baton's, or Foundation's for an unclaimed operation) needs to
         // know who calls: reading it costs on every start.
         var caller = Life.Caller(queue: nil, isMainThread: false, foundation: nil)
@@ -183,7 +185,8 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         case .claimed, .direct:
             break
         }
-        let verdict = dependencyVerdict(policy)
+        let dependencies = hasDependencies || !Self.listsOnlyAddedDependencies ? self.dependencies : []
+        let verdict = dependencyVerdict(policy, of: dependencies)
         let ready = isReady
 
         enum Decision {
@@ -225,7 +228,8 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             tell(telling)
         case .announce(let announcement):
             if let recording = recording(resolving: link, startingOnQueue: true) {
-                recording.recorder.started(recording.id, dependencies: recordedDependencies(in: recording.recorder))
+                recording.recorder.started(
+                    recording.id, dependencies: recordedDependencies(dependencies, in: recording.recorder))
             }
             if announcement.notReady { Diagnostics.report(.startedWhileNotReady, self) }
             announce(.willChange(Self.isExecutingKey), announcement.tap)
@@ -361,6 +365,12 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         super.addDependency(operation)
         gateNoteDependency(operation)
     }
+
+    /// `true` for a class whose `dependencies` are exactly those added with `addDependency` (Baton's
+    /// final classes, which no subclass can change): until one is added, Baton skips reading them
+    /// (see `State.hasDependencies`). A subclass may list more by overriding `dependencies`, and a
+    /// failed one still rules it out, so open classes answer `false`.
+    class var listsOnlyAddedDependencies: Bool { false }
 
     /// Whether the operation may be started: its dependencies have finished and it has passed its gate
     /// (its conditions and categories; see ``addCondition(_:)`` and

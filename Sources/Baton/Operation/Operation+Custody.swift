@@ -164,8 +164,10 @@ extension OperationQueue {
         var enqueued = [Operation]()
         enqueued.reserveCapacity(operations.count)
         // Gates passed outside the queue, checked once the queue has them (see
-        // `AsyncOperation.gateNoteEnqueuedPassed()`).
-        var passed = [AsyncOperation]()
+        // `AsyncOperation.gateNoteEnqueuedPassed()`): the first kept alone, so that the usual launch
+        // of one operation makes no list.
+        var firstPassed: AsyncOperation?
+        var morePassed = [AsyncOperation]()
         // Read once for the batch: whether the queue runs on the main thread reads its dispatch queue.
         let key = AsyncOperation.Life.QueueKey(queue: ObjectIdentifier(self), onMainThread: runsOnMainThread)
         for operation in operations {
@@ -177,7 +179,7 @@ extension OperationQueue {
                     case .add: enqueued.append(baton)
                     case .addPassed:
                         enqueued.append(baton)
-                        passed.append(baton)
+                        if firstPassed == nil { firstPassed = baton } else { morePassed.append(baton) }
                     case .later: break
                     }
                 // A plain call: the start of a cancelled operation only retires and finishes, and what
@@ -197,7 +199,8 @@ extension OperationQueue {
         }
         guard !enqueued.isEmpty else { return }
         if enqueued.count == 1 { addOperation(enqueued[0]) } else { addOperations(enqueued, waitUntilFinished: false) }
-        for baton in passed { baton.gateNoteEnqueuedPassed() }
+        firstPassed?.gateNoteEnqueuedPassed()
+        for baton in morePassed { baton.gateNoteEnqueuedPassed() }
     }
 
     /// Hands one claimed operation to the queue (see ``launch(_:)-([Operation])``).

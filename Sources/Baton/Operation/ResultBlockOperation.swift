@@ -4,6 +4,9 @@
 /// let answer = ResultBlockOperation<Int> { operation in operation.finish(with: 42) }
 /// ```
 public final class ResultBlockOperation<Output: Sendable>: ResultOperation<Output>, @unchecked Sendable {
+    /// Its `dependencies` are those added with `addDependency` (see `AsyncOperation.listsOnlyAddedDependencies`).
+    override class var listsOnlyAddedDependencies: Bool { true }
+
     private let body: @Sendable (ResultBlockOperation<Output>) -> Void
     private let cancelHandler: (@Sendable (ResultBlockOperation<Output>) -> Void)?
 

@@ -8,6 +8,9 @@
 public final class TransformBlockOperation<Input: Sendable, Output: Sendable>: TransformOperation<Input, Output>,
     @unchecked Sendable
 {
+    /// Its `dependencies` are those added with `addDependency` (see `AsyncOperation.listsOnlyAddedDependencies`).
+    override class var listsOnlyAddedDependencies: Bool { true }
+
     private let body: @Sendable (TransformBlockOperation<Input, Output>) -> Void
     private let cancelHandler: (@Sendable (TransformBlockOperation<Input, Output>) -> Void)?
 

@@ -25,6 +25,9 @@ import Foundation
 ///
 /// ``ResultOperation/onCompletion(_:)`` and ``ResultOperation/onCancellation(_:)`` add CompositeOperations' handlers at any level.
 public final class Cascade<Input: Sendable, Output: Sendable>: SequenceOperation<Output>, @unchecked Sendable {
+    /// Its `dependencies` are those added with `addDependency` (see `AsyncOperation.listsOnlyAddedDependencies`).
+    override class var listsOnlyAddedDependencies: Bool { true }
+
     /// Creates a cascade of the steps its body writes.
     ///
     /// - Parameters:

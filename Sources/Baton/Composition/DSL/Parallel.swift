@@ -22,6 +22,9 @@ import Foundation
 public final class Parallel<Input: Sendable, Output: Sendable>: ResultOperation<Output>, ProgressReporting,
     @unchecked Sendable
 {
+    /// Its `dependencies` are those added with `addDependency` (see `AsyncOperation.listsOnlyAddedDependencies`).
+    override class var listsOnlyAddedDependencies: Bool { true }
+
     override class var recordsAsComposite: Bool { true }
 
     let group: ChildGroup
