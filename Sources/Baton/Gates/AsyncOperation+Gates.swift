@@ -411,14 +411,19 @@ extension AsyncOperation {
     /// of an open gate whose operation has not started: they are given back at once, and the gate
     /// begins anew when the operation's queue looks at it again, as that dependency finishes.
     func gateNoteDependency(_ dependency: Operation) {
-        takeBackGrantForUnfinishedDependency(unfinished: !dependency.isFinished)
+        if let granted = takeBackGrantForUnfinishedDependency(unfinished: !dependency.isFinished) {
+            Gatekeeper.wake(granted)
+        }
     }
 
     /// Adds the operation, whose gate passed along the launch path, to `queue`, then checks what the
-    /// queue added with it (see ``gateNoteEnqueuedPassed()``).
-    private func enterQueuePassed(_ queue: OperationQueue) {
+    /// queue added with it (see ``gateNoteEnqueuedPassed()``): what a grant taken back lets through,
+    /// for the caller to wake. Woken here, a line of claimants that each enter a queue behind a
+    /// barrier from the wake of the one before would recurse once per claimant (a review overflowed
+    /// the stack with 9,000); `Gatekeeper.wake` works through them in its loop.
+    private func enterQueuePassed(_ queue: OperationQueue) -> [(UInt64, Gatekeeper.Waiter)]? {
         queue.addOperation(self)
-        gateNoteEnqueuedPassed()
+        return gateNoteEnqueuedPassed()
     }
 
     /// Called once the operation, whose gate passed along the launch path (outside the queue), has
@@ -430,16 +435,20 @@ extension AsyncOperation {
     /// readiness (its count of unfinished dependencies, barriers included) tells: when it says no, the
     /// grant is taken back as for a late dependency, and the gate begins again when the queue reads
     /// `isReady` once the barrier has finished.
-    func gateNoteEnqueuedPassed() {
-        guard !super.isReady else { return }
-        takeBackGrantForUnfinishedDependency(unfinished: true, added: false)
+    /// Returns what a grant taken back lets through, for the caller to wake.
+    func gateNoteEnqueuedPassed() -> [(UInt64, Gatekeeper.Waiter)]? {
+        guard !super.isReady else { return nil }
+        return takeBackGrantForUnfinishedDependency(unfinished: true, added: false)
     }
 
     /// An unfinished dependency the gate did not wait for: a passed gate of an operation its queue has
-    /// not dispatched gives back what it holds and closes (see `Admission.dependencyAdded`). `added`:
-    /// it came through `addDependency` (see `State.hasDependencies`), in the same lock step.
-    private func takeBackGrantForUnfinishedDependency(unfinished: Bool, added: Bool = true) {
-        let granted: [(UInt64, Gatekeeper.Waiter)]? = core.withLock { state in
+    /// not dispatched gives back what it holds and closes (see `Admission.dependencyAdded`), and what
+    /// that lets through is returned, for the caller to wake. `added`: it came through
+    /// `addDependency` (see `State.hasDependencies`), in the same lock step.
+    private func takeBackGrantForUnfinishedDependency(
+        unfinished: Bool, added: Bool = true
+    ) -> [(UInt64, Gatekeeper.Waiter)]? {
+        core.withLock { state in
             if added { state.hasDependencies = true }
             guard unfinished else { return nil }
             // Foundation dispatches under its queue's lock from the readiness it cached, which the
@@ -454,7 +463,6 @@ extension AsyncOperation {
             // Given back in the step that closes the gate (see `yieldLanes()`).
             return Gatekeeper.giveBack(gate.lanes, by: self)
         }
-        if let granted { Gatekeeper.wake(granted) }
     }
 
     /// The gate closed again (see `Admission.Action.reopen`), holding nothing (what it was granted is
@@ -481,7 +489,7 @@ extension AsyncOperation {
         case .launch:
             guard let queue = takeLaunchTarget() else { return false }
             if goingOn { return true }
-            enterQueuePassed(queue)
+            if let granted = enterQueuePassed(queue) { Gatekeeper.wake(granted) }
         case .start:
             Trampoline.run { self.start() }
         }
@@ -676,7 +684,7 @@ extension AsyncOperation {
                 // What `proceed(.launch)` does, with the target it would have taken.
                 guard let queue else { return false }
                 if goingOn { return true }
-                queue.addOperation(self)
+                if let granted = enterQueuePassed(queue) { Gatekeeper.wake(granted) }
                 return false
             }
         }
@@ -778,7 +786,9 @@ extension AsyncOperation {
     /// between would find them still counted as its own), and the caller wakes whom that lets through,
     /// then reopens (`reopenAfterDecline`): a line of claimants that decline one after another is
     /// worked through in the caller's loop, not by recursing once per claimant. Otherwise the gate is
-    /// open and the operation goes on.
+    /// open and the operation goes on; granted on the launch path and added behind a queue's pending
+    /// barrier, it gives the lanes back at once (see ``gateNoteEnqueuedPassed()``), and those go to the
+    /// caller's loop too.
     func categoriesGranted(_ token: UInt64, lanes: [Lane]) -> UnkeptGrant? {
         let blocked = cannotStartNow()
         // One step decides, takes the wait to record and, granted on the launch path, the queue to add
@@ -814,8 +824,9 @@ extension AsyncOperation {
             return UnkeptGrant(granted: decision.unkept, reopen: path)
         case .proceed(.launch):
             decision.wait?.record()
-            if let queue = decision.queue { enterQueuePassed(queue) }
-            return nil
+            // Taken back behind a barrier: the caller's loop wakes whom that lets through.
+            guard let queue = decision.queue, let granted = enterQueuePassed(queue) else { return nil }
+            return UnkeptGrant(granted: granted, reopen: nil)
         case let action:
             decision.wait?.record()
             perform(action)

@@ -199,8 +199,10 @@ extension OperationQueue {
         }
         guard !enqueued.isEmpty else { return }
         if enqueued.count == 1 { addOperation(enqueued[0]) } else { addOperations(enqueued, waitUntilFinished: false) }
-        firstPassed?.gateNoteEnqueuedPassed()
-        for baton in morePassed { baton.gateNoteEnqueuedPassed() }
+        if let granted = firstPassed?.gateNoteEnqueuedPassed() { Gatekeeper.wake(granted) }
+        for baton in morePassed {
+            if let granted = baton.gateNoteEnqueuedPassed() { Gatekeeper.wake(granted) }
+        }
     }
 
     /// Hands one claimed operation to the queue (see ``launch(_:)-([Operation])``).
