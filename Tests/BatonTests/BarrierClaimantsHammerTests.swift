@@ -58,16 +58,7 @@ final class BarrierClaimantsHammerTests: BatonTestCase {
                 return release
             }
             // A holder of X elsewhere.
-            let holderRelease = DispatchSemaphore(value: 0)
-            let holder = AsyncBlockOperation { op in
-                DispatchQueue.global().async {
-                    _ = holderRelease.wait(timeout: .now() + 60)
-                    op.finish()
-                }
-            }
-            try holder.addExclusivity(x)
-            let elsewhere = OperationQueue()
-            elsewhere.addOperation(holder)
+            let (holder, holderRelease) = try holderReleasedLater(claiming: x)
 
             let count = 12
             var allM: [AsyncOperation] = []

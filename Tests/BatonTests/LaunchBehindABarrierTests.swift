@@ -16,17 +16,7 @@ final class LaunchBehindABarrierTests: BatonTestCase {
         let order = Locked<[String]>([])
 
         // H holds X, on a queue of its own, until it is released.
-        let releaseHolder = DispatchSemaphore(value: 0)
-        let holder = AsyncBlockOperation { operation in
-            DispatchQueue.global().async {
-                releaseHolder.wait()
-                order.append("H")
-                operation.finish()
-            }
-        }
-        try holder.addExclusivity(x)
-        let other = OperationQueue()
-        other.addOperation(holder)
+        let (holder, releaseHolder) = try holderReleasedLater(claiming: x) { order.append("H") }
         XCTAssertTrue(eventually(timeout: 10) { holder.isExecuting })
 
         // L asks first, on Baton's launch path: it waits outside Q.
@@ -141,16 +131,7 @@ final class LaunchBehindABarrierTests: BatonTestCase {
     func testALineOfLaunchedClaimantsGivingBackBehindABarrierDoesNotRecurse() throws {
         let count = 600
         let x = OperationCategory("X", in: ExclusivityScope("launch-behind-a-barrier-line"))
-        let other = OperationQueue()
-        let releaseHolder = DispatchSemaphore(value: 0)
-        let holder = AsyncBlockOperation { operation in
-            DispatchQueue.global().async {
-                _ = releaseHolder.wait(timeout: .now() + 60)
-                operation.finish()
-            }
-        }
-        try holder.addExclusivity(x)
-        other.addOperation(holder)
+        let (holder, releaseHolder) = try holderReleasedLater(claiming: x)
         XCTAssertTrue(eventually(timeout: 10) { holder.isExecuting })
 
         let queue = OperationQueue()

@@ -398,3 +398,21 @@ final class LiesAboutReadiness: AsyncOperation, @unchecked Sendable {
         finish()
     }
 }
+
+/// An operation that claims `categories` and, once executing, holds them until the returned semaphore
+/// is signalled (at most `limit` seconds), then runs `then` and finishes. Added to a queue of its own.
+func holderReleasedLater(
+    claiming categories: OperationCategory..., limit: Int = 60, then: @escaping @Sendable () -> Void = {}
+) throws -> (holder: AsyncBlockOperation, release: DispatchSemaphore) {
+    let release = DispatchSemaphore(value: 0)
+    let holder = AsyncBlockOperation { operation in
+        DispatchQueue.global().async {
+            _ = release.wait(timeout: .now() + .seconds(limit))
+            then()
+            operation.finish()
+        }
+    }
+    try holder.addExclusivity(categories)
+    OperationQueue().addOperation(holder)
+    return (holder, release)
+}
