@@ -111,6 +111,48 @@ final class DependencyPolicyTests: BatonTestCase {
         }
     }
 
+    /// From the second review of stop 45: an operation in a (suspended) queue gets a cancelled
+    /// dependency through `addDependency`; the queue resumes after Foundation has recorded the
+    /// dependency, while the override is still running. The flag that lets a final class skip reading
+    /// `dependencies` was set after Foundation's edge, so `start()` skipped the read and executed past
+    /// the cancelled dependency (20 runs in 20). It is set before now.
+    func testADependencyAddedBeforeStartIsNotIgnoredByTheFlag() {
+        let dependency = TrapFinishedOperation {}
+        dependency.cancel()
+        dependency.start()
+        XCTAssertTrue(dependency.isFinished)
+        XCTAssertTrue(dependency.isCancelled)
+
+        let executed = Locked(0)
+        let operation = AsyncBlockOperation {
+            executed.increment()
+            $0.finish()
+        }
+        let queue = OperationQueue()
+        queue.isSuspended = true
+        queue.addOperation(operation)
+
+        dependency.arm()
+        let added = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            operation.addDependency(dependency)
+            added.signal()
+        }
+        XCTAssertEqual(dependency.entered.wait(timeout: .now() + 10), .success)
+        // Foundation has the edge now.
+        XCTAssertTrue(operation.dependencies.contains { $0 === dependency })
+        queue.isSuspended = false
+        _ = eventually(timeout: 3) { operation.isFinished }
+        dependency.release.signal()
+        XCTAssertEqual(added.wait(timeout: .now() + 10), .success)
+        drain(queue)
+        XCTAssertTrue(operation.isFinished)
+        XCTAssertEqual(
+            executed.value, 0,
+            "executed although its dependency (listed: \(operation.dependencies.contains { $0 === dependency })) was cancelled")
+        XCTAssertTrue(operation.isCancelled, "outcome: \(String(describing: operation.outcome))")
+    }
+
     /// A failed dependency rules the operation out however Baton learns of it: added through a
     /// reference typed as Foundation's `Operation`, added to a gated group child (held back until its
     /// dependencies finished), or listed by a subclass's `dependencies` override. (A review found the
@@ -189,5 +231,32 @@ final class DependencyPolicyTests: BatonTestCase {
         }
         XCTAssertEqual(underlying as? TestError, TestError(code: 3))
         XCTAssertEqual(middle.executions.value + leaf.executions.value, 0)
+    }
+}
+
+/// A Foundation operation whose `isFinished` can be made to stop, once, on the thread that reads it
+/// next (to widen a window deterministically).
+private final class TrapFinishedOperation: BlockOperation, @unchecked Sendable {
+    private let lock = NSLock()
+    private var armed = false
+    let entered = DispatchSemaphore(value: 0)
+    let release = DispatchSemaphore(value: 0)
+
+    func arm() {
+        lock.lock()
+        armed = true
+        lock.unlock()
+    }
+
+    override var isFinished: Bool {
+        lock.lock()
+        let trap = armed
+        armed = false
+        lock.unlock()
+        if trap {
+            entered.signal()
+            _ = release.wait(timeout: .now() + 10)
+        }
+        return super.isFinished
     }
 }

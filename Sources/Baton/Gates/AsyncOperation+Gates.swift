@@ -403,7 +403,10 @@ extension AsyncOperation {
     /// queue holds an operation, and a composite's children declined one by one would all be put in
     /// its suspended queue, where Foundation walks every one of them on each change.)
     private func cannotStartNow() -> Bool {
-        dependencies.contains(where: { !$0.isFinished })
+        // Without one added, a final class has none to read (see `State.hasDependencies`): a lock
+        // pair instead of Foundation's lock and a filtered copy, on every grant that waited.
+        if Self.listsOnlyAddedDependencies, !core.withLock({ $0.hasDependencies }) { return false }
+        return dependencies.contains(where: { !$0.isFinished })
     }
 
     /// A dependency was added with `addDependency(_:)`. One that has not finished keeps a gate in
@@ -411,9 +414,8 @@ extension AsyncOperation {
     /// of an open gate whose operation has not started: they are given back at once, and the gate
     /// begins anew when the operation's queue looks at it again, as that dependency finishes.
     func gateNoteDependency(_ dependency: Operation) {
-        if let granted = takeBackGrantForUnfinishedDependency(unfinished: !dependency.isFinished) {
-            Gatekeeper.wake(granted)
-        }
+        guard !dependency.isFinished else { return }
+        if let granted = takeBackGrantForUnfinishedDependency() { Gatekeeper.wake(granted) }
     }
 
     /// Adds the operation, whose gate passed along the launch path, to `queue`, then checks what the
@@ -438,19 +440,14 @@ extension AsyncOperation {
     /// Returns what a grant taken back lets through, for the caller to wake.
     func gateNoteEnqueuedPassed() -> [(UInt64, Gatekeeper.Waiter)]? {
         guard !super.isReady else { return nil }
-        return takeBackGrantForUnfinishedDependency(unfinished: true, added: false)
+        return takeBackGrantForUnfinishedDependency()
     }
 
     /// An unfinished dependency the gate did not wait for: a passed gate of an operation its queue has
     /// not dispatched gives back what it holds and closes (see `Admission.dependencyAdded`), and what
-    /// that lets through is returned, for the caller to wake. `added`: it came through
-    /// `addDependency` (see `State.hasDependencies`), in the same lock step.
-    private func takeBackGrantForUnfinishedDependency(
-        unfinished: Bool, added: Bool = true
-    ) -> [(UInt64, Gatekeeper.Waiter)]? {
+    /// that lets through is returned, for the caller to wake.
+    private func takeBackGrantForUnfinishedDependency() -> [(UInt64, Gatekeeper.Waiter)]? {
         core.withLock { state in
-            if added { state.hasDependencies = true }
-            guard unfinished else { return nil }
             // Foundation dispatches under its queue's lock from the readiness it cached, which the
             // dependency has just set to `false`: not dispatched by now, it will not be until the
             // queue reads `isReady` again (or it reads a `true` stored late: then it asks again as a

@@ -29,11 +29,12 @@ extension AsyncOperation {
         var inputObserver: (@Sendable (any Sendable) -> Void)?
         /// Started while a dependency was unfinished: its edges are dropped when it finishes.
         var startedWhileNotReady = false
-        /// `addDependency` was called at least once (it stays set after `removeDependency`). While it is
-        /// not, and the class lists only what was added (`listsOnlyAddedDependencies`), `dependencies`
-        /// is empty, and the reads that would build it (a lock of Foundation's and a filtered copy,
-        /// about 300 instructions) are skipped: a barrier's dependency, the only one Foundation adds
-        /// without `addDependency`, is left out of `dependencies` anyway.
+        /// `addDependency` was called at least once (set before Foundation records the edge, and it
+        /// stays set after `removeDependency`). While it is not, and the class lists only what was
+        /// added (`listsOnlyAddedDependencies`), `dependencies` is empty, and the reads that would
+        /// build it (a lock of Foundation's and a filtered copy, about 300 instructions) are skipped:
+        /// a barrier's dependency, the only one Foundation adds without `addDependency`, is left out
+        /// of `dependencies` anyway.
         var hasDependencies = false
         /// The queue a Baton entry point launched it on: a rerun hops to that queue's dispatch queue.
         weak var launchQueue: OperationQueue?

@@ -362,6 +362,9 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     /// also makes the gate begin again once `operation` has finished: an operation never holds its
     /// categories while one of its dependencies runs. An override must call `super`.
     open override func addDependency(_ operation: Operation) {
+        // Set before Foundation records the edge: a start in between must not skip reading it (see
+        // `State.hasDependencies`; a review started one there and it ran past a cancelled dependency).
+        core.withLock { $0.hasDependencies = true }
         super.addDependency(operation)
         gateNoteDependency(operation)
     }
