@@ -97,14 +97,11 @@ final class GateLendingAttackTests: BatonTestCase {
                 try operation.addExclusivity(x)
                 return operation
             }
-            let condition = Condition(
-                "needs produced",
-                producing: { _ in
-                    let produced = MeteredOperation(meter, name: "produced", lingers: 0...150)
-                    try? produced.addExclusivity(x)
-                    return produced
-                }
-            ) { _, answer in answer(.satisfied) }
+            let condition = needsProduced {
+                let produced = MeteredOperation(meter, name: "produced", lingers: 0...150)
+                try? produced.addExclusivity(x)
+                return produced
+            }
             let waiter = AsyncBlockOperation { $0.finish() }
             try waiter.addCondition(condition)
             let inner = GroupOperation(operations: [waiter, try leaf("inner child")])

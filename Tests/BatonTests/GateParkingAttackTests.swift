@@ -157,14 +157,11 @@ final class GateParkingAttackTests: BatonTestCase {
         let made = Locked<[HeldClaimant]>([])
         let outsider = AsyncBlockOperation { $0.finish() }
         try inScope {
-            let condition = Condition(
-                "needs produced",
-                producing: { _ in
-                    let produced = HeldClaimant(meter, name: "produced")
-                    made.mutate { $0.append(produced) }
-                    return produced
-                }
-            ) { _, answer in answer(.satisfied) }
+            let condition = needsProduced {
+                let produced = HeldClaimant(meter, name: "produced")
+                made.mutate { $0.append(produced) }
+                return produced
+            }
             let child = AsyncBlockOperation { $0.finish() }
             try child.addCondition(condition)
             let group = GroupOperation(operations: [child])
@@ -200,15 +197,12 @@ final class GateParkingAttackTests: BatonTestCase {
         let x = OperationCategory("x", in: ExclusivityScope("attack-lender-finishes"))
         let meter = ConcurrencyMeter()
         let made = Locked<[HeldClaimant]>([])
-        let condition = Condition(
-            "needs produced",
-            producing: { _ in
-                let produced = HeldClaimant(meter, name: "produced")
-                try? produced.addExclusivity(x)
-                made.mutate { $0.append(produced) }
-                return produced
-            }
-        ) { _, answer in answer(.satisfied) }
+        let condition = needsProduced {
+            let produced = HeldClaimant(meter, name: "produced")
+            try? produced.addExclusivity(x)
+            made.mutate { $0.append(produced) }
+            return produced
+        }
         let child = AsyncBlockOperation { $0.finish() }
         try child.addCondition(condition)
         let group = GroupOperation(operations: [child])
@@ -250,14 +244,11 @@ final class GateParkingAttackTests: BatonTestCase {
         for trial in 0..<trials {
             let x = OperationCategory("x", in: ExclusivityScope("attack-lender-race \(trial)"))
             let meter = ConcurrencyMeter()
-            let condition = Condition(
-                "needs produced",
-                producing: { _ in
-                    let produced = MeteredOperation(meter, name: "produced", lingers: 0...200)
-                    try? produced.addExclusivity(x)
-                    return produced
-                }
-            ) { _, answer in answer(.satisfied) }
+            let condition = needsProduced {
+                let produced = MeteredOperation(meter, name: "produced", lingers: 0...200)
+                try? produced.addExclusivity(x)
+                return produced
+            }
             let child = AsyncBlockOperation { $0.finish() }
             try child.addCondition(condition)
             let outsider = AsyncBlockOperation { $0.finish() }

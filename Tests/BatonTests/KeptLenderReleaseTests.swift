@@ -21,15 +21,12 @@ final class KeptLenderReleaseTests: BatonTestCase {
         let made = Locked<[HeldClaimant]>([])
         let x = OperationCategory("kept-lender-release-x")
         let outsider = AsyncBlockOperation { $0.finish() }
-        let condition = Condition(
-            "needs produced",
-            producing: { _ in
-                let produced = HeldClaimant(meter, name: "produced")
-                try? produced.addExclusivity(x)
-                made.mutate { $0.append(produced) }
-                return produced
-            }
-        ) { _, answer in answer(.satisfied) }
+        let condition = needsProduced {
+            let produced = HeldClaimant(meter, name: "produced")
+            try? produced.addExclusivity(x)
+            made.mutate { $0.append(produced) }
+            return produced
+        }
         try inScope {
             let lonely = ExclusivityScope("kept-lender-release-only-the-group")
             weakScope = lonely

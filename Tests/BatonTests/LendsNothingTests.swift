@@ -65,14 +65,11 @@ final class LendsNothingTests: BatonTestCase {
     func testProducedOperationInGatelessGroupUnderHolder() throws {
         let x = OperationCategory("x", in: ExclusivityScope("r-produced"))
         let meter = ConcurrencyMeter()
-        let condition = Condition(
-            "needs produced",
-            producing: { _ in
-                let p = MeteredOperation(meter, name: "produced")
-                try? p.addExclusivity(x)
-                return p
-            }
-        ) { _, answer in answer(.satisfied) }
+        let condition = needsProduced {
+            let p = MeteredOperation(meter, name: "produced")
+            try? p.addExclusivity(x)
+            return p
+        }
         let waiter = MeteredOperation(meter)
         try waiter.addCondition(condition)
         try waiter.addExclusivity(x)

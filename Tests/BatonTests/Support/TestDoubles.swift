@@ -416,3 +416,9 @@ func holderReleasedLater(
     OperationQueue().addOperation(holder)
     return (holder, release)
 }
+
+/// A condition named "needs produced" that is satisfied once the operation `produce` makes has run
+/// (the shape of the lending tests: a produced operation that claims what a composite lends).
+func needsProduced(_ produce: @escaping @Sendable () -> Operation) -> Condition {
+    Condition("needs produced", producing: { _ in produce() }) { _, answer in answer(.satisfied) }
+}
