@@ -42,7 +42,11 @@ final class LifecycleExplorationTests: XCTestCase {
         var unclaims = 1
         var launches = 1
         var retires = 1
+        var handOns = 1
         var waitsToRegister = 2
+        /// The claimant handed the operation on (a sequence's relay): its thread starts it, or gives it
+        /// to the queue after all.
+        var relayed = false
         // Ledger.
         var liveWaits: Set<UInt64> = []
         var told = 0
@@ -68,6 +72,9 @@ final class LifecycleExplorationTests: XCTestCase {
         case finish(Result)
         case rerun
         case claim, unclaim, launch, retire
+        /// The claimant hands the operation on to start on its own thread (`Relay`), which later starts
+        /// it or gives it to the queue.
+        case handOn, relayStart, relayEnqueue
         case registerWait
         case endWait(UInt64)
 
@@ -87,6 +94,9 @@ final class LifecycleExplorationTests: XCTestCase {
             case .unclaim: return "unclaim"
             case .launch: return "launch"
             case .retire: return "retire"
+            case .handOn: return "handOn"
+            case .relayStart: return "relayStart"
+            case .relayEnqueue: return "relayEnqueue"
             case .registerWait: return "registerWait"
             case .endWait(let token): return "endWait(\(token))"
             }
@@ -115,6 +125,8 @@ final class LifecycleExplorationTests: XCTestCase {
         if world.unclaims > 0 { events.append(.unclaim) }
         if world.launches > 0 { events.append(.launch) }
         if world.retires > 0 { events.append(.retire) }
+        if world.handOns > 0 { events.append(.handOn) }
+        if world.relayed { events += [.relayStart, .relayEnqueue] }
         if world.waitsToRegister > 0 { events.append(.registerWait) }
         events += world.liveWaits.sorted().map(Event.endWait)
         return events
@@ -216,6 +228,25 @@ final class LifecycleExplorationTests: XCTestCase {
                     &next,
                     Machine.StartFacts(
                         caller: Machine.Caller(queue: nil, isMainThread: false, foundation: nil), skip: nil, ready: true))
+            }
+        case .handOn:
+            next.handOns -= 1
+            let before = next.machine.custody
+            if next.machine.launchHere(insteadOf: nil) {
+                if before != .claimed { throw Violation(description: "handed on from custody \(before)") }
+                next.relayed = true
+            }
+        case .relayStart:
+            next.relayed = false
+            try start(
+                &next,
+                Machine.StartFacts(
+                    caller: Machine.Caller(queue: nil, isMainThread: false, foundation: nil), skip: nil, ready: true))
+        case .relayEnqueue:
+            next.relayed = false
+            if next.machine.enqueueInstead(on: Self.queue) {
+                if !world.machine.isPending { throw Violation(description: "a started operation was enqueued") }
+                next.enqueues += 1
             }
         case .registerWait:
             next.waitsToRegister -= 1
@@ -345,7 +376,9 @@ final class LifecycleExplorationTests: XCTestCase {
             } else if let hop = world.hops.sorted().last {
                 event = .hopLanded(hop)
             } else if world.machine.isPending {
-                if world.machine.custody == .claimed {
+                if world.relayed {
+                    event = .relayStart
+                } else if world.machine.custody == .claimed {
                     world.launches = 1
                     event = .launch
                 } else {

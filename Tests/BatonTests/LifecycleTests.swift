@@ -199,6 +199,37 @@ final class LifecycleTests: BatonTestCase {
         XCTAssertEqual(queue.operationCount, 0)
     }
 
+    /// A sequence's relay (`Relay`): the claimant takes the operation to start on its own thread, from
+    /// its claim, or from the custody of a queue that was never given it (its gate passed at launch);
+    /// given to the queue after all, only that queue may start it.
+    func testARelayTakesAClaimedOrNotYetAddedOperationAndCanGiveItToTheQueue() {
+        typealias Machine = Lifecycle<Outcome<Int>>
+        let key = Machine.QueueKey(queue: ObjectIdentifier(self), onMainThread: false)
+        let other = Machine.QueueKey(queue: ObjectIdentifier(Machine.self as Any.Type), onMainThread: false)
+        var unclaimed = Machine()
+        XCTAssertFalse(unclaimed.launchHere(insteadOf: nil), "nobody claimed it")
+        var claimed = Machine()
+        XCTAssertNil(claimed.claim())
+        XCTAssertFalse(claimed.launchHere(insteadOf: key), "no queue has it")
+        XCTAssertTrue(claimed.launchHere(insteadOf: nil))
+        XCTAssertEqual(claimed.custody, .direct)
+        XCTAssertFalse(claimed.launchHere(insteadOf: nil), "taken once")
+        XCTAssertTrue(claimed.enqueueInstead(on: key))
+        XCTAssertEqual(claimed.custody, .enqueued(key))
+        var launched = Machine()
+        XCTAssertNil(launched.claim())
+        XCTAssertEqual(launched.launch(on: key), .enqueue)
+        XCTAssertFalse(launched.launchHere(insteadOf: other), "another queue's custody")
+        XCTAssertTrue(launched.launchHere(insteadOf: key))
+        XCTAssertEqual(launched.custody, .direct)
+        var started = Machine()
+        XCTAssertNil(started.claim())
+        XCTAssertTrue(started.launchHere(insteadOf: nil))
+        let facts = Machine.StartFacts(caller: .init(queue: nil, isMainThread: false, foundation: nil), skip: nil, ready: true)
+        XCTAssertEqual(started.start(facts), .announce(notReady: false))
+        XCTAssertFalse(started.enqueueInstead(on: key), "started: no queue may have it")
+    }
+
     func testRetiringAClaimedOperationFinishesItCancelledWithoutExecuting() throws {
         let operation = ImmediateOperation(.success(1))
         try operation.claim()

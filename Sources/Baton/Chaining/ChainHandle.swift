@@ -203,6 +203,7 @@ public final class ChainHandle<Output: Sendable>: @unchecked Sendable {
             throw .invalidArgument(
                 operation: pendingOperation.reference, reason: "a wait's timeout must not be negative, got \(timeout)")
         }
+        Relay.release()
         _ = finished.wait(timeout: timeout.deadlineFromNow)
         guard let outcome = self.outcome else {
             throw .timedOut(operation: pendingOperation.reference, after: timeout)

@@ -364,7 +364,9 @@ open class SequenceOperation<Output: Sendable>: ResultOperation<Output>, Progres
                 recording.adopt(next, position: position, after: upstream, link: upstream == nil ? nil : .step)
             }
             next.observeCompletion { self.advance(after: next) }
-            queue.launch(next)
+            // On the worker that ran the step before, once its start returns, when it can (see
+            // `Relay`); through the queue otherwise.
+            Relay.launch(next, on: queue)
         case .retire(let step, let ending)?:
             switch (step, ending) {
             case (let step?, let ending?): Operation.retire([step], reportingTo: ending)

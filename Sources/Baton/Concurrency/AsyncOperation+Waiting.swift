@@ -93,6 +93,8 @@ extension AsyncOperation {
             throw .wouldDeadlock(operation: reference, reason: Self.selfWaitReason)
         case .waiting(let token):
             launch()
+            // A step this thread was to start once it returns may be what the wait needs.
+            Relay.release()
             // In a callback nested so deep that Baton deferred work on this thread until it returns,
             // what the wait needs may be that work: unless the operation already finished, refuse
             // rather than time out.

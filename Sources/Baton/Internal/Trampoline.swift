@@ -72,6 +72,11 @@ enum Trampoline {
         @exclusivity(unchecked) var callouts: [ObjectIdentifier] = []
         /// The operations holding categories whose `execute()` this thread is inside (innermost last).
         @exclusivity(unchecked) var holders: [AsyncOperation] = []
+        /// The queue whose worker this thread is, inside the start of an operation Baton launched there
+        /// (see ``Relay``).
+        @exclusivity(unchecked) var workerOf: ObjectIdentifier?
+        /// The next step this thread starts once that start returns, and the queue it was launched on.
+        @exclusivity(unchecked) var handedOn: (operation: AsyncOperation, queue: OperationQueue)?
         /// Deferred work; the last element runs next.
         @exclusivity(unchecked) private var stack: [() -> Void] = []
         /// Work deferred by the item that is running now, in order.
@@ -114,6 +119,56 @@ enum Trampoline {
             precondition(result == 0, "pthread_key_create failed: \(result)")
             return key
         }()
+    }
+}
+
+/// A sequence's next step started on the worker that ran the step before, once that step's `start()`
+/// has returned, instead of through the sequence's queue: the queue would wake another thread for it
+/// (a futex wake and a context switch per step, most of a step's time).
+///
+/// The worker's thread is marked with the queue it works for while it runs the start of an operation
+/// Baton launched there (``AsyncOperation/start()``). A step that finishes on that thread hands the
+/// next one on here instead of launching it; the start, once `execute()` has returned, starts it, and
+/// whatever that one hands on in turn, in a loop (the stack stays flat). A step that finishes on any
+/// other thread (asynchronous work) launches the next one through the queue as before.
+enum Relay {
+    /// Runs `body` (the start of an operation `queue` started) marked as `queue`'s worker, then the
+    /// steps handed on meanwhile, each once the one before has returned.
+    static func working(for queue: ObjectIdentifier, _ body: () -> Void) {
+        let local = Trampoline.LocalQueue.current
+        let outer = local.workerOf
+        local.workerOf = queue
+        body()
+        while let next = local.handedOn {
+            local.handedOn = nil
+            next.queue.startHandedOn(next.operation)
+        }
+        local.workerOf = outer
+    }
+
+    /// Launches `operation` (claimed by the caller) on `queue`, or, on a worker of `queue` that holds
+    /// no step yet, hands it on to start here once this thread's current start returns.
+    static func launch(_ operation: Operation, on queue: OperationQueue) {
+        let local = Trampoline.LocalQueue.current
+        guard let baton = operation as? AsyncOperation, local.workerOf == ObjectIdentifier(queue),
+            local.handedOn == nil
+        else { return queue.launch(operation) }
+        guard queue.launchHandingOn(baton) else { return }
+        // A condition evaluated while the gate was passed may have handed on a step of its own.
+        if local.handedOn == nil {
+            local.handedOn = (baton, queue)
+        } else {
+            queue.enqueueHandedOn(baton)
+        }
+    }
+
+    /// Gives the step this thread holds to its queue: the thread is about to block, and what it waits
+    /// for may be that step.
+    static func release() {
+        let local = Trampoline.LocalQueue.current
+        guard let held = local.handedOn else { return }
+        local.handedOn = nil
+        held.queue.enqueueHandedOn(held.operation)
     }
 }
 

@@ -240,7 +240,13 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
                     for observer in announcement.observers { observer() }
                 }
             }
-            enterExecute()
+            // Started by a queue Baton launched it on: the steps handed on meanwhile start here once it
+            // returns (see `Relay`).
+            if case .enqueued(let key) = custody, !key.onMainThread {
+                Relay.working(for: key.queue) { enterExecute() }
+            } else {
+                enterExecute()
+            }
         }
     }
 
@@ -318,6 +324,18 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
 
     /// Baton operations do their work in ``execute()``; `main()` is not used.
     public final override func main() {}
+
+    /// Blocks the calling thread until the operation has finished (Foundation's wait, with no timeout;
+    /// ``ResultOperation/wait(timeout:)`` is bounded and refuses a wait that would wait for itself).
+    ///
+    /// A sequence's step that has finished and is still inside its `execute()` holds the next step,
+    /// which its thread starts once `execute()` returns: this wait gives that step to the sequence's
+    /// queue first, so that waiting here for the sequence (or for anything after that step) does not
+    /// wait for itself.
+    public final override func waitUntilFinished() {
+        Relay.release()
+        super.waitUntilFinished()
+    }
 
     /// Cancels the operation.
     ///

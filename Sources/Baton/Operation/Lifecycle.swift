@@ -497,6 +497,28 @@ struct Lifecycle<Result: LifecycleOutcome> {
         return .enqueue
     }
 
+    /// The claimant starts it itself, on the thread that launched it (a sequence's next step, handed
+    /// on: see `Relay`), from its own custody or from a queue's that has not been given it yet;
+    /// `false` when it does not have it to launch.
+    mutating func launchHere(insteadOf key: QueueKey?) -> Bool {
+        guard case .pending = phase else { return false }
+        switch (custody, key) {
+        case (.claimed, nil): break
+        case (.enqueued(let enqueued), let key?) where enqueued == key: break
+        default: return false
+        }
+        custody = .direct
+        return true
+    }
+
+    /// An operation handed on goes to `key`'s queue after all (its thread blocks, or a dependency was
+    /// added): only that queue may start it now. `false` when it is no longer pending.
+    mutating func enqueueInstead(on key: QueueKey) -> Bool {
+        guard case .pending = phase, custody == .direct else { return false }
+        custody = .enqueued(key)
+        return true
+    }
+
     /// The claimant will never launch it: it is cancelled and Baton starts it here, so that it ends
     /// without executing.
     mutating func retire() -> LaunchAction {

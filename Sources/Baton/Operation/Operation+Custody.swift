@@ -152,6 +152,22 @@ extension AsyncOperation {
     }
 }
 
+extension AsyncOperation {
+    /// Takes the operation for a start by its claimant on the launching thread, in one step with the
+    /// checks that make that the same as the queue's start: no gate to pass and no dependency to wait
+    /// for (an open class may list dependencies of its own: they are read first).
+    fileprivate func beginHandOn(on queue: OperationQueue) -> Bool {
+        if !Self.listsOnlyAddedDependencies, !dependencies.isEmpty { return false }
+        return core.withLock { state in
+            guard state.gate == nil, !state.hasDependencies, state.life.launchHere(insteadOf: nil) else {
+                return false
+            }
+            state.launchQueue = queue
+            return true
+        }
+    }
+}
+
 extension OperationQueue {
     /// Hands claimed operations to the queue, in one `addOperations` call. A Baton operation that is
     /// already cancelled (or finished by an early `finish`) is started right here instead: it has
@@ -203,6 +219,48 @@ extension OperationQueue {
         for baton in morePassed {
             if let granted = baton.gateNoteEnqueuedPassed() { Gatekeeper.wake(granted) }
         }
+    }
+
+    /// Launches a claimed operation handed on (see `Relay`): `true` when the caller starts it once its
+    /// thread's current start returns (it has no gate or dependency, passed its gate at once, or is
+    /// cancelled), `false` when it went to the queue or waits for its gate to add it.
+    func launchHandingOn(_ baton: AsyncOperation) -> Bool {
+        if baton.beginHandOn(on: self) { return true }
+        let key = AsyncOperation.Life.QueueKey(queue: ObjectIdentifier(self), onMainThread: runsOnMainThread)
+        switch baton.beginLaunch(on: self, key: key) {
+        case .none:
+            return false
+        case .startHere:
+            return true
+        case .enqueue:
+            switch baton.admitForLaunch(on: self) {
+            case .add:
+                addOperation(baton)
+            case .addPassed:
+                if baton.core.withLock({ $0.life.launchHere(insteadOf: key) }) { return true }
+                addOperation(baton)
+                if let granted = baton.gateNoteEnqueuedPassed() { Gatekeeper.wake(granted) }
+            case .later:
+                break
+            }
+            return false
+        }
+    }
+
+    /// Starts an operation handed on, unless a dependency was added since: then it goes to the queue,
+    /// which starts it once that dependency has finished.
+    func startHandedOn(_ baton: AsyncOperation) {
+        if baton.core.withLock({ $0.hasDependencies }) { return enqueueHandedOn(baton) }
+        baton.start()
+    }
+
+    /// Gives an operation handed on to the queue after all (see `Relay.release()`), as a launch
+    /// whose gate passed outside the queue.
+    func enqueueHandedOn(_ baton: AsyncOperation) {
+        let key = AsyncOperation.Life.QueueKey(queue: ObjectIdentifier(self), onMainThread: runsOnMainThread)
+        guard baton.core.withLock({ $0.life.enqueueInstead(on: key) }) else { return }
+        addOperation(baton)
+        if let granted = baton.gateNoteEnqueuedPassed() { Gatekeeper.wake(granted) }
     }
 
     /// Hands one claimed operation to the queue (see ``launch(_:)-([Operation])``).
