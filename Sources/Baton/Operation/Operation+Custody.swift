@@ -153,17 +153,21 @@ extension AsyncOperation {
 }
 
 extension AsyncOperation {
-    /// Takes the operation for a start by its claimant on the launching thread, in one step with the
-    /// checks that make that the same as the queue's start: no gate to pass and no dependency to wait
-    /// for (an open class may list dependencies of its own: they are read first).
-    fileprivate func beginHandOn(on queue: OperationQueue) -> Bool {
-        if !Self.listsOnlyAddedDependencies, !dependencies.isEmpty { return false }
+    /// Takes the operation for a start by its claimant on the launching thread when nothing makes that
+    /// differ from the queue's start: no gate to pass and no dependency to wait for (an open class may
+    /// list dependencies of its own: they are read first). Otherwise launches it on `key`'s queue as
+    /// ``beginLaunch(on:key:)`` does, in the same lock step. `nil`: taken for the launching thread.
+    fileprivate func beginHandOn(on queue: OperationQueue, key: Life.QueueKey) -> Life.LaunchAction? {
+        let listsNone = Self.listsOnlyAddedDependencies || dependencies.isEmpty
         return core.withLock { state in
-            guard state.gate == nil, !state.hasDependencies, state.life.launchHere(insteadOf: nil) else {
-                return false
+            if listsNone, state.gate == nil, !state.hasDependencies {
+                guard state.life.launchHere(insteadOf: nil) else { return Life.LaunchAction.none }
+                state.launchQueue = queue
+                return nil
             }
-            state.launchQueue = queue
-            return true
+            let action = state.life.launch(on: key)
+            if action == .enqueue { state.launchQueue = queue }
+            return action
         }
     }
 }
@@ -225,14 +229,16 @@ extension OperationQueue {
     /// thread's current start returns (it has no gate or dependency, passed its gate at once, or is
     /// cancelled), `false` when it went to the queue or waits for its gate to add it.
     func launchHandingOn(_ baton: AsyncOperation) -> Bool {
-        if baton.beginHandOn(on: self) { return true }
-        let key = AsyncOperation.Life.QueueKey(queue: ObjectIdentifier(self), onMainThread: runsOnMainThread)
-        switch baton.beginLaunch(on: self, key: key) {
-        case .none:
-            return false
-        case .startHere:
+        // This thread is this queue's worker, marked so by a start under a key off the main thread.
+        let key = AsyncOperation.Life.QueueKey(queue: ObjectIdentifier(self), onMainThread: false)
+        switch baton.beginHandOn(on: self, key: key) {
+        case nil:
             return true
-        case .enqueue:
+        case .none?:
+            return false
+        case .startHere?:
+            return true
+        case .enqueue?:
             switch baton.admitForLaunch(on: self) {
             case .add:
                 addOperation(baton)
