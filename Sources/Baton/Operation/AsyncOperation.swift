@@ -182,7 +182,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             }
         case .unclaimed:
             caller.foundation = FoundationQueueState.of(self)
-        case .claimed, .direct:
+        case .claimed, .direct, .handedOn:
             break
         }
         let dependencies = hasDependencies || !Self.listsOnlyAddedDependencies ? self.dependencies : []
@@ -332,7 +332,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     /// which its thread starts once `execute()` returns: this wait gives that step to the sequence's
     /// queue first, so that waiting here for the sequence (or for anything after that step) does not
     /// wait for itself.
-    public final override func waitUntilFinished() {
+    open override func waitUntilFinished() {
         Relay.release()
         super.waitUntilFinished()
     }
@@ -367,6 +367,9 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         case .none: break
         case .deliverCancel: Trampoline.run { self.didCancel() }
         case .finish: if let telling { tell(telling) }
+        // Handed on and not started: it ends here, cancelled, instead of when the thread holding it gets
+        // to it (a sequence's cancel or timeout would otherwise wait for that thread).
+        case .startHere: Trampoline.run { self.start() }
         }
     }
 

@@ -69,6 +69,9 @@ struct Lifecycle<Result: LifecycleOutcome> {
         case enqueued(QueueKey)
         /// Baton starts it itself, on the launching thread.
         case direct
+        /// Handed on (a sequence's next step: see `Relay`): the thread that holds it starts it once its
+        /// current start returns, unless a cancellation starts it first (see `cancel()`).
+        case handedOn
     }
 
     /// Who a `start()` came from.
@@ -199,6 +202,9 @@ struct Lifecycle<Result: LifecycleOutcome> {
         switch custody {
         case .direct:
             break
+        case .handedOn:
+            // Only the thread that holds it starts it, after taking it (`takeHandedOn`).
+            return .refuse(.startedWhileClaimed)
         case .unclaimed:
             // Added to a queue with Foundation's own `addOperation`: only that queue may start it.
             if facts.caller.foundation == .waiting { return .refuse(.startedWhileInQueue) }
@@ -321,6 +327,9 @@ struct Lifecycle<Result: LifecycleOutcome> {
         case deliverCancel
         /// The outcome is decided `cancelled` (a rerun was on its way): tell it.
         case finish
+        /// Handed on and not started yet: start it here, where it finishes cancelled; the thread that
+        /// holds it will find it taken.
+        case startHere
     }
 
     mutating func cancel() -> CancelAction {
@@ -334,6 +343,10 @@ struct Lifecycle<Result: LifecycleOutcome> {
             return .deliverCancel
         }
         cancelRequested = true
+        if custody == .handedOn, case .pending = phase {
+            custody = .direct
+            return .startHere
+        }
         guard case .executing(let call) = phase else { return .none }
         switch call {
         case .idle:
@@ -507,6 +520,14 @@ struct Lifecycle<Result: LifecycleOutcome> {
         case (.enqueued(let enqueued), let key?) where enqueued == key: break
         default: return false
         }
+        custody = .handedOn
+        return true
+    }
+
+    /// The thread that holds an operation handed on takes it to start: `false` when a cancellation
+    /// started it already.
+    mutating func takeHandedOn() -> Bool {
+        guard case .pending = phase, custody == .handedOn else { return false }
         custody = .direct
         return true
     }
@@ -514,7 +535,7 @@ struct Lifecycle<Result: LifecycleOutcome> {
     /// An operation handed on goes to `key`'s queue after all (its thread blocks, or a dependency was
     /// added): only that queue may start it now. `false` when it is no longer pending.
     mutating func enqueueInstead(on key: QueueKey) -> Bool {
-        guard case .pending = phase, custody == .direct else { return false }
+        guard case .pending = phase, custody == .handedOn else { return false }
         custody = .enqueued(key)
         return true
     }

@@ -158,9 +158,11 @@ extension AsyncOperation {
     /// list dependencies of its own: they are read first). Otherwise launches it on `key`'s queue as
     /// ``beginLaunch(on:key:)`` does, in the same lock step. `nil`: taken for the launching thread.
     fileprivate func beginHandOn(on queue: OperationQueue, key: Life.QueueKey) -> Life.LaunchAction? {
-        let listsNone = Self.listsOnlyAddedDependencies || dependencies.isEmpty
+        // An open class may answer `isReady` itself: an ungated one is asked (its answer has no side
+        // effect then), and handed on only when it says yes; a gated one goes through the queue.
+        let mayHandOn = Self.listsOnlyAddedDependencies || (core.withLock { $0.gate == nil } && isReady)
         return core.withLock { state in
-            if listsNone, state.gate == nil, !state.hasDependencies {
+            if mayHandOn, state.gate == nil, !state.hasDependencies {
                 guard state.life.launchHere(insteadOf: nil) else { return Life.LaunchAction.none }
                 state.launchQueue = queue
                 return nil
@@ -226,8 +228,8 @@ extension OperationQueue {
     }
 
     /// Launches a claimed operation handed on (see `Relay`): `true` when the caller starts it once its
-    /// thread's current start returns (it has no gate or dependency, passed its gate at once, or is
-    /// cancelled), `false` when it went to the queue or waits for its gate to add it.
+    /// thread's current start returns (it has no gate or dependency, or passed its gate at once),
+    /// `false` when it went to the queue, waits for its gate to add it, or ended here cancelled.
     func launchHandingOn(_ baton: AsyncOperation) -> Bool {
         // This thread is this queue's worker, marked so by a start under a key off the main thread.
         let key = AsyncOperation.Life.QueueKey(queue: ObjectIdentifier(self), onMainThread: false)
@@ -237,13 +239,19 @@ extension OperationQueue {
         case .none?:
             return false
         case .startHere?:
-            return true
+            // Cancelled (or finished early): it ends here, as a launch would end it.
+            baton.start()
+            return false
         case .enqueue?:
             switch baton.admitForLaunch(on: self) {
             case .add:
                 addOperation(baton)
             case .addPassed:
-                if baton.core.withLock({ $0.life.launchHere(insteadOf: key) }) { return true }
+                if type(of: baton).listsOnlyAddedDependencies,
+                    baton.core.withLock({ $0.life.launchHere(insteadOf: key) })
+                {
+                    return true
+                }
                 addOperation(baton)
                 if let granted = baton.gateNoteEnqueuedPassed() { Gatekeeper.wake(granted) }
             case .later:
@@ -256,8 +264,19 @@ extension OperationQueue {
     /// Starts an operation handed on, unless a dependency was added since: then it goes to the queue,
     /// which starts it once that dependency has finished.
     func startHandedOn(_ baton: AsyncOperation) {
-        if baton.core.withLock({ $0.hasDependencies }) { return enqueueHandedOn(baton) }
-        baton.start()
+        // An open class's own readiness is asked again (it is ungated: no side effect).
+        let ready = type(of: baton).listsOnlyAddedDependencies || baton.isReady
+        enum Take { case start, enqueue, none }
+        let take: Take = baton.core.withLock { state in
+            guard state.life.custody == .handedOn else { return .none }
+            if state.hasDependencies || !ready { return .enqueue }
+            return state.life.takeHandedOn() ? .start : .none
+        }
+        switch take {
+        case .start: baton.start()
+        case .enqueue: enqueueHandedOn(baton)
+        case .none: break
+        }
     }
 
     /// Gives an operation handed on to the queue after all (see `Relay.release()`), as a launch
