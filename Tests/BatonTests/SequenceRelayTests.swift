@@ -367,3 +367,67 @@ private final class RelayHammerStep: TransformOperation<Int, Int>, @unchecked Se
         self.next = nil
     }
 }
+
+/// Cancels racing the relay from other threads (attack surfaces: a decision acted on after a hop, the
+/// window between "handed on" and "started", re-entry through a generator): sequences of steps that
+/// finish on their worker, in the list form and the generator form, cancelled from another thread at
+/// a point chosen per trial, released together by a gate. Every step runs at most once, every step and
+/// sequence ends, and no start is refused (a refused start would mean two threads thought they owned it).
+final class SequenceRelayCancelHammerTests: BatonTestCase {
+    func testCancelsRacingTheRelayNeverRunAStepTwiceOrLeaveOnePending() {
+        let trials = ProcessInfo.processInfo.environment["BATON_RELAY_TRIALS"].flatMap(Int.init) ?? 200
+        var generator = SeededRandom(seed: 46)
+        for trial in 0..<trials {
+            let start = DispatchSemaphore(value: 0)
+            var sequences: [SequenceOperation<Int>] = []
+            var made: [Locked<[TransformBlockOperation<Int, Int>]>] = []
+            let executions = Locked(0)
+            for index in 0..<6 {
+                let steps = Locked<[TransformBlockOperation<Int, Int>]>([])
+                let makeStep: @Sendable () -> TransformBlockOperation<Int, Int> = {
+                    let step = TransformBlockOperation<Int, Int> { operation in
+                        executions.increment()
+                        operation.finish(with: (operation.input ?? 0) + 1)
+                    }
+                    steps.mutate { $0.append(step) }
+                    return step
+                }
+                let count = Int.random(in: 5...60, using: &generator)
+                let sequence: SequenceOperation<Int>
+                if index.isMultiple(of: 2) {
+                    let list = (0..<count).map { _ in makeStep() }
+                    list[0].input = 0
+                    sequence = SequenceOperation<Int>(operations: list)
+                } else {
+                    let first = makeStep()
+                    first.input = 0
+                    let made = Locked(1)
+                    sequence = SequenceOperation<Int>(first: first) { _ in
+                        made.increment() <= count ? makeStep() : nil
+                    }
+                }
+                sequences.append(sequence)
+                made.append(steps)
+                let spin = Int.random(in: 0...2_000, using: &generator)
+                Thread {
+                    start.wait()
+                    var sink = 0
+                    for value in 0..<spin { sink &+= value }
+                    if sink >= 0 { sequence.cancel() }
+                }.start()
+            }
+            let queue = OperationQueue()
+            queue.addOperations(sequences, waitUntilFinished: false)
+            for _ in sequences { start.signal() }
+            for sequence in sequences { waitFinished(sequence) }
+            for (position, steps) in made.enumerated() {
+                XCTAssertTrue(
+                    eventually { steps.value.allSatisfy(\.isFinished) }, "trial \(trial): a step of \(position) pending")
+            }
+            let total = made.reduce(0) { $0 + $1.value.count }
+            XCTAssertLessThanOrEqual(executions.value, total, "trial \(trial)")
+        }
+        let refused = diagnostics.allKinds.filter { [.startedTwice, .startedWhileClaimed, .finishedTwice].contains($0) }
+        XCTAssertEqual(refused, [], "starts refused or finishes repeated")
+    }
+}
