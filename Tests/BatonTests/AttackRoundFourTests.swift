@@ -154,7 +154,7 @@ final class AttackRoundFourTests: BatonTestCase {
                 XCTAssertTrue(error is CancellationError, "\(error)")
             }
             await Gate.finished(operation)
-            XCTAssertEqual(operation.core.withLock { $0.waits.count }, 0)
+            XCTAssertEqual(operation.core.withLock { $0.waitCount }, 0)
         }
     }
 

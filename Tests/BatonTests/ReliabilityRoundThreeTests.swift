@@ -366,7 +366,7 @@ final class ReliabilityRoundThreeTests: BatonTestCase {
         for _ in 0..<20_000 {
             XCTAssertThrowsError(try operation.wait(timeout: .zero))
         }
-        XCTAssertEqual(operation.core.withLock { $0.waits.count }, 0)
+        XCTAssertEqual(operation.core.withLock { $0.waitCount }, 0)
         XCTAssertEqual(operation.core.withLock { $0.life.waits.isEmpty }, true)
         operation.finish(with: 1)
         waitFinished(operation)
@@ -379,7 +379,7 @@ final class ReliabilityRoundThreeTests: BatonTestCase {
         let tasks = (0..<1_000).map { _ in Task { try await operation.value } }
         for task in tasks { task.cancel() }
         for task in tasks { _ = try? await task.value }
-        XCTAssertEqual(operation.core.withLock { $0.waits.count }, 0)
+        XCTAssertEqual(operation.core.withLock { $0.waitCount }, 0)
         XCTAssertEqual(operation.core.withLock { $0.life.waits.isEmpty }, true)
         operation.finish(with: 1)
         await Task.yield()

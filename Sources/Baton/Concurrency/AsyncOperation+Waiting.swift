@@ -25,7 +25,7 @@ extension AsyncOperation {
             case .finished: return .finished(state.life.finished!.value)
             case .refused: return .refused
             case .registered(let token):
-                state.waits.append(resume, token: token)
+                state.appendWait(resume, token: token)
                 return .waiting(token)
             }
         }
@@ -37,7 +37,7 @@ extension AsyncOperation {
     func endWait(_ token: UInt64) -> Bool {
         let released: (@Sendable () -> Void)? = core.withLock { state in
             guard state.life.waitEnded(token: token) else { return nil }
-            return state.waits.remove(token)
+            return state.removeWait(token)
         }
         return released != nil
     }
