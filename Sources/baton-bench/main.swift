@@ -179,6 +179,35 @@ func rawChain(oneByOne: Bool) -> Workload {
     }
 }
 
+/// The floor of a chain in one `OperationQueue`, without Foundation's quadratic dependencies: `n`
+/// `BlockOperation`s, each adding the next to the queue from its block. Every step is one
+/// `addOperation` from a worker and one hand-off to the thread that runs it, which is what a Baton
+/// chain's steps cost Foundation too.
+let handOffBlockOperations: Workload = { n in
+    let queue = OperationQueue()
+    let done = DispatchSemaphore(value: 0)
+    HandOff(queue: queue, remaining: n, done: done).next()
+    guard done.wait(timeout: .now() + 600) == .success else {
+        throw BenchmarkFailure(description: "hand-off x\(n) timed out")
+    }
+}
+
+/// The steps of `handOffBlockOperations`.
+struct HandOff: Sendable {
+    let queue: OperationQueue
+    let remaining: Int
+    let done: DispatchSemaphore
+
+    func next() {
+        guard remaining > 0 else {
+            done.signal()
+            return
+        }
+        let following = HandOff(queue: queue, remaining: remaining - 1, done: done)
+        queue.addOperation(BlockOperation { following.next() })
+    }
+}
+
 let batonGroup: Workload = { n in
     let group = GroupOperation(operations: (0..<n).map { _ in AsyncBlockOperation { $0.finish() } })
     try group.run(timeout: .seconds(600))
@@ -322,6 +351,7 @@ let workloads: [String: Workload] = [
     "TaskGroup": taskGroup,
     "baton-chain": batonChain,
     "raw-chain-one-call": rawChain(oneByOne: false),
+    "BlockOperation-hand-off": handOffBlockOperations,
     "raw-chain-one-by-one": rawChain(oneByOne: true),
     "baton-chain-recovering": chain(adapter: .recovering { _, _, _ in .forward }),
     "baton-chain-adapter-operations": chain(
@@ -424,8 +454,8 @@ let comparisons = [
     Comparison(
         workload: "chain", baton: "baton-chain",
         baselines: [
-            ("BlockOperation", options.independentLimit), ("raw-chain-one-call", options.rawLimit),
-            ("raw-chain-one-by-one", options.rawLimit),
+            ("BlockOperation", options.independentLimit), ("BlockOperation-hand-off", options.independentLimit),
+            ("raw-chain-one-call", options.rawLimit), ("raw-chain-one-by-one", options.rawLimit),
         ]),
     // The adapter forms: an adapter operation per step against the closure hand-ons.
     Comparison(

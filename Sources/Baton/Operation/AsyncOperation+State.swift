@@ -93,6 +93,10 @@ extension AsyncOperation {
             extras?.waits.remove(token)
         }
 
+        /// Whether the out-of-line part was made (for tests: an operation that has none of it must not
+        /// pay for it).
+        var hasExtras: Bool { extras != nil }
+
         /// How many waits are registered.
         var waitCount: Int { extras?.waits.count ?? 0 }
 
