@@ -130,12 +130,7 @@ public final class FlightRecorder: Sendable {
             self.typeIndex = typeIndex
         }
 
-        mutating func madeExtra() -> Extra {
-            if let extra { return extra }
-            let made = Extra()
-            extra = made
-            return made
-        }
+        mutating func madeExtra() -> Extra { extra.made(by: Extra.init) }
 
         var name: String? {
             get { extra?.name }
@@ -395,9 +390,12 @@ public final class FlightRecorder: Sendable {
     /// The operation waited `duration`, ending now, for `what`.
     func waited(_ id: Int, for what: String, _ duration: Duration) {
         let time = now()
-        storage.withLock { $0.waiting[id] = nil }
-        update(id) { entry in
-            entry.madeExtra().waits.append(FlightRecord.Wait(what: what, began: time - duration, ended: time))
+        // One lock: the operation stops waiting and its record gains the wait.
+        storage.withLock { storage in
+            storage.waiting[id] = nil
+            update(id, in: &storage) { entry in
+                entry.madeExtra().waits.append(FlightRecord.Wait(what: what, began: time - duration, ended: time))
+            }
         }
     }
 

@@ -44,12 +44,7 @@ extension AsyncOperation {
         private var extras: Extras?
 
         /// The extras, made on first use.
-        private mutating func madeExtras() -> Extras {
-            if let extras { return extras }
-            let made = Extras()
-            extras = made
-            return made
-        }
+        private mutating func madeExtras() -> Extras { extras.made(by: Extras.init) }
 
         var timeout: Duration? {
             get { extras?.timeout }
