@@ -25,3 +25,44 @@ _Bool baton_queues_record(void) {
 void baton_set_queues_record(_Bool record) {
     atomic_store_explicit(&queues_record, record, memory_order_release);
 }
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/// A moment's spin before sleeping: Baton's critical sections are a few dozen instructions, so the
+/// holder is nearly always gone before a sleep and a wake-up would have begun (as glibc's adaptive
+/// mutex does).
+static const int spins = 100;
+
+static inline void pause_briefly(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+void baton_lock_contended(uint32_t *word) {
+    for (int spin = 0; spin < spins; spin++) {
+        if (__atomic_load_n(word, __ATOMIC_RELAXED) == 0) {
+            uint32_t expected = 0;
+            if (__atomic_compare_exchange_n(word, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+                return;
+            }
+        }
+        pause_briefly();
+    }
+    // Mark the word "held, maybe sleepers" and sleep until a release finds it so (Drepper's
+    // "Futexes Are Tricky", mutex 3): whoever takes the lock here keeps the mark, so its release wakes
+    // the next sleeper.
+    while (__atomic_exchange_n(word, 2, __ATOMIC_ACQUIRE) != 0) {
+        syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
+    }
+}
+
+void baton_lock_wake(uint32_t *word) {
+    syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+#endif

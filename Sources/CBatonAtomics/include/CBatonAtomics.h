@@ -22,4 +22,34 @@ _Bool baton_queues_record(void);
 /// Sets what `baton_queues_record` returns (release), under the caller's own lock.
 void baton_set_queues_record(_Bool record);
 
+#if defined(__linux__)
+/// Baton's lock on Linux: one 32-bit word, 0 (free), 1 (held) or 2 (held, and a thread may sleep on
+/// it). The fast paths are inline; a contended lock spins a moment, then sleeps on a futex.
+void baton_lock_contended(uint32_t *_Nonnull word);
+/// Wakes one thread sleeping on `word`.
+void baton_lock_wake(uint32_t *_Nonnull word);
+
+/// Takes the lock in `word` (acquire).
+static inline __attribute__((always_inline)) void baton_lock(uint32_t *_Nonnull word) {
+    uint32_t expected = 0;
+    if (__builtin_expect(
+            __atomic_compare_exchange_n(word, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED), 1)) {
+        return;
+    }
+    baton_lock_contended(word);
+}
+
+/// The lock's word as it is now (relaxed): for tests that wait until a thread sleeps on it.
+static inline uint32_t baton_lock_word(uint32_t *_Nonnull word) {
+    return __atomic_load_n(word, __ATOMIC_RELAXED);
+}
+
+/// Releases the lock in `word` (release), waking a sleeper if there may be one.
+static inline __attribute__((always_inline)) void baton_unlock(uint32_t *_Nonnull word) {
+    if (__builtin_expect(__atomic_exchange_n(word, 0, __ATOMIC_RELEASE) == 2, 0)) {
+        baton_lock_wake(word);
+    }
+}
+#endif
+
 #endif
