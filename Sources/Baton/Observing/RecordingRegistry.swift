@@ -131,16 +131,13 @@ enum RecordingRegistry {
     }
 }
 
-/// An operation's link to the recorder it records into. A class, so that an operation that records
-/// nothing pays one pointer for it.
-final class Recording: Sendable {
+/// An operation's record: the recorder it records into and the record's id. A value: kept inline in the
+/// operation's state (`RecorderLink.recorded`), it costs a recorded operation no allocation, and the
+/// link stays 16 bytes, which the state's heap block had room for (a class cost a recorded group child
+/// about 350 instructions, callgrind).
+struct Recording: Sendable {
     let recorder: FlightRecorder
     let id: Int
-
-    init(recorder: FlightRecorder, id: Int) {
-        self.recorder = recorder
-        self.id = id
-    }
 
     /// Records `child` as run by this record's operation (at `position`, after `predecessor`), as it is
     /// handed to a queue, and returns its record's id. A child already recording into this recorder is
