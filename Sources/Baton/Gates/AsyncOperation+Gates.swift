@@ -83,9 +83,9 @@ struct Announcers {
     }
 }
 
-// Both getters are `mutating`: they are only read under the lock, on the state in place. `State` holds
-// weak references, which make it address-only, and a plain getter was handed a copy of the whole
-// struct (about 700 instructions per read, callgrind, twice per claim: a regression of 5d97f7b).
+// Both getters are `mutating`: they are only read under the lock, on the state in place. A plain
+// getter was handed a copy of the whole struct (about 700 instructions per read, callgrind, twice per
+// claim: a regression of 5d97f7b, when `State` held weak references, which made it address-only).
 extension AsyncOperation.State {
     /// The queue the operation is launched on: the one a Baton entry point holds it back from until its
     /// gate opens, or the one it launched it on.
