@@ -36,9 +36,10 @@ extension AsyncOperation {
         /// released after the lock), which is as long as anything reads it: a pending operation's gate
         /// and deadlock check, an executing one's rerun. A weak reference gave the queue a side table,
         /// and from then on every retain and release of the queue, Foundation's own included, took the
-        /// runtime's slow path (about 870 instructions per operation of a group, callgrind). Its cost:
-        /// a queue dropped by its owner lives until the operations Baton launched on it finish, and
-        /// one suspended and dropped with such operations pending is never freed, with them.
+        /// runtime's slow path (about 870 instructions per operation of a group, callgrind). Foundation
+        /// itself keeps a queue alive while an operation added to it is unfinished; this extends that
+        /// to an operation Baton starts outside Foundation (a sequence's step handed on), until it
+        /// finishes.
         var launchQueue: OperationQueue?
         /// How the operation records (usually not at all).
         var recorderLink = RecorderLink.none
@@ -273,8 +274,7 @@ extension AsyncOperation {
         announce(.willChange(Self.isFinishedKey), tap)
         if wasExecuting { announce(.didChange(Self.isExecutingKey), tap) }
         announce(.didChange(Self.isFinishedKey), tap)
-        // Not before: Foundation's queue reads itself (unretained) from the operation while it
-        // handles the announcement.
+        // Let go of after the announcement, outside the lock: it may be the queue's last reference.
         withExtendedLifetime(commit.launchQueue) {}
         commit.hooks.run()
         for resume in commit.waits { resume() }
