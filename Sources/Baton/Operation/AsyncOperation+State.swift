@@ -32,8 +32,8 @@ extension AsyncOperation {
         var hasDependencies = false
         /// The queue a Baton entry point launched it on: a rerun hops to that queue's dispatch queue.
         ///
-        /// Held strongly until the operation finishes (the finish's commit takes it out, and it is
-        /// released after the lock), which is as long as anything reads it: a pending operation's gate
+        /// Held strongly until the operation finishes (the finish's commit takes it out and lets go
+        /// of it outside the lock), which is as long as anything reads it: a pending operation's gate
         /// and deadlock check, an executing one's rerun. A weak reference gave the queue a side table,
         /// and from then on every retain and release of the queue, Foundation's own included, took the
         /// runtime's slow path (about 870 instructions per operation of a group, callgrind). Foundation
@@ -246,8 +246,7 @@ extension AsyncOperation {
             var tap: (@Sendable (Notification) -> Void)?
             var link: RecorderLink
             var timer: Deadlines.Timer?
-            /// Released once the finish is announced, outside the lock: it may be the queue's last
-            /// reference.
+            /// Let go of here, outside the lock: it may be the queue's last reference.
             var launchQueue: OperationQueue?
         }
         let commit: Commit = core.withLock { state in
@@ -274,8 +273,6 @@ extension AsyncOperation {
         announce(.willChange(Self.isFinishedKey), tap)
         if wasExecuting { announce(.didChange(Self.isExecutingKey), tap) }
         announce(.didChange(Self.isFinishedKey), tap)
-        // Let go of after the announcement, outside the lock: it may be the queue's last reference.
-        withExtendedLifetime(commit.launchQueue) {}
         commit.hooks.run()
         for resume in commit.waits { resume() }
     }
