@@ -20,79 +20,134 @@ import Dispatch
 /// lane; nothing scans every waiter.
 struct ClaimTable<Waiter> {
     /// One lane's holders and waiting line.
+    ///
+    /// A lane of limit 1 without a pace, outside composites (nearly every lane), needs only its limit,
+    /// its holder and its line: what other lanes need besides (more holders, a pace and its recent
+    /// grants, a lender's hold to give back) lives in ``Uncommon``, made when first needed. A record
+    /// is made for every lane in use, and a burst of claims on distinct categories keeps one per claim
+    /// alive: with those fields inline a record took 240 bytes of the heap, now 160.
     struct LaneState {
         /// How many may hold it at once.
         var limit: Int
         /// The first holder, kept inline: a lane of limit 1 (exclusivity, the common case) never
         /// allocates for its holders.
         var holder: (id: UInt64, waiter: Waiter)?
-        /// The holders beyond the first, for limits above 1. A request names a lane once, so an id holds
-        /// a lane at most once.
-        var otherHolders: [WaiterKey: Waiter] = [:]
         /// Waiting request ids, oldest first from `head`.
         var line: [UInt64] = []
         var head = 0
-        /// How fast grants may follow each other, if the category has a pace.
-        var pace: Pace?
-        /// The times of the last `pace.count` grants, a ring: once full, `recent[nextRecent]` is the
-        /// oldest. Kept only under a pace.
-        var recent: [UInt64] = []
-        var nextRecent = 0
-        /// For a lane under a composite: the lane that composite holds, when it gave it back while this
-        /// one was still in use (see ``ClaimTable/release(_:by:)``). Given back for it once this one is
-        /// unused.
-        var lenderRelease: Lane?
+        /// The fields few lanes need, out of line. Its own copy for each state that changes it (made
+        /// anew when shared), so a `LaneState` stays a value.
+        private var uncommon: Uncommon?
+
+        /// What a lane needs beyond one holder and a line.
+        final class Uncommon {
+            /// The holders beyond the first, for limits above 1. A request names a lane once, so an id
+            /// holds a lane at most once.
+            var otherHolders: [WaiterKey: Waiter] = [:]
+            /// How fast grants may follow each other, if the category has a pace.
+            var pace: Pace?
+            /// The times of the last `pace.count` grants, a ring: once full, `recent[nextRecent]` is
+            /// the oldest. Kept only under a pace.
+            var recent: [UInt64] = []
+            var nextRecent = 0
+            /// For a lane under a composite: the lane that composite holds, when it gave it back while
+            /// this one was still in use (see ``ClaimTable/release(_:by:)``). Given back for it once
+            /// this one is unused.
+            var lenderRelease: Lane?
+
+            init() {}
+
+            init(copying other: Uncommon) {
+                otherHolders = other.otherHolders
+                pace = other.pace
+                recent = other.recent
+                nextRecent = other.nextRecent
+                lenderRelease = other.lenderRelease
+            }
+        }
 
         init(limit: Int, pace: Pace? = nil) {
             self.limit = limit
-            self.pace = pace
+            if let pace { madeUncommon().pace = pace }
         }
 
-        var held: Int { (holder == nil ? 0 : 1) + otherHolders.count }
-        func isHeld(by id: UInt64) -> Bool { holder?.id == id || otherHolders[WaiterKey(id)] != nil }
+        /// The uncommon fields, made on first use, and copied first when another state shares them.
+        private mutating func madeUncommon() -> Uncommon {
+            if uncommon == nil {
+                uncommon = Uncommon()
+            } else if !isKnownUniquelyReferenced(&uncommon!) {
+                uncommon = Uncommon(copying: uncommon!)
+            }
+            return uncommon!
+        }
+
+        /// Whether the uncommon fields were made (for tests: a lane that needs none must not pay for them).
+        var hasUncommon: Bool { uncommon != nil }
+
+        /// The holders beyond the first.
+        var otherHolders: [WaiterKey: Waiter] { uncommon?.otherHolders ?? [:] }
+        /// How fast grants may follow each other, if the category has a pace.
+        var pace: Pace? { uncommon?.pace }
+        /// The lane to give back for its lender once this one is unused (see ``Uncommon``).
+        var lenderRelease: Lane? {
+            get { uncommon?.lenderRelease }
+            set { if newValue != nil || uncommon != nil { madeUncommon().lenderRelease = newValue } }
+        }
+
+        var held: Int { (holder == nil ? 0 : 1) + (uncommon?.otherHolders.count ?? 0) }
+        func isHeld(by id: UInt64) -> Bool { holder?.id == id || uncommon?.otherHolders[WaiterKey(id)] != nil }
         var hasRoom: Bool { held < limit }
         var waitingCount: Int { line.count - head }
         var first: UInt64? { head < line.count ? line[head] : nil }
         /// Nobody holds or wants it (a lane under a pace may still remember grants: see `paceCools`).
-        var isUnused: Bool { holder == nil && otherHolders.isEmpty && head == line.count }
+        var isUnused: Bool { holder == nil && head == line.count && uncommon?.otherHolders.isEmpty != false }
 
         /// `nil` when the pace lets a grant through at `now` (or there is none); otherwise when it will:
         /// the oldest of the last `count` grants leaves the window.
         func paceDue(at now: UInt64) -> UInt64? {
-            guard let pace, recent.count == pace.count else { return nil }
-            let due = recent[nextRecent] &+ pace.interval
+            guard let uncommon, let pace = uncommon.pace, uncommon.recent.count == pace.count else { return nil }
+            let due = uncommon.recent[uncommon.nextRecent] &+ pace.interval
             return due <= now ? nil : due
         }
 
         /// When its newest grant leaves the window: until then the lane is kept, even unused, or a new
         /// record would forget the grants and let too many through.
         var paceCools: UInt64 {
-            guard let pace, !recent.isEmpty else { return 0 }
-            let newest = recent.count < pace.count ? recent[recent.count - 1] : recent[(nextRecent + pace.count - 1) % pace.count]
+            guard let uncommon, let pace = uncommon.pace, !uncommon.recent.isEmpty else { return 0 }
+            let recent = uncommon.recent
+            let newest =
+                recent.count < pace.count
+                ? recent[recent.count - 1] : recent[(uncommon.nextRecent + pace.count - 1) % pace.count]
             return newest &+ pace.interval
         }
 
         mutating func noteGrant(at now: UInt64) {
             guard let pace else { return }
-            if recent.count < pace.count {
-                recent.append(now)
+            let uncommon = madeUncommon()
+            if uncommon.recent.count < pace.count {
+                uncommon.recent.append(now)
             } else {
-                recent[nextRecent] = now
-                nextRecent = (nextRecent + 1) % pace.count
+                uncommon.recent[uncommon.nextRecent] = now
+                uncommon.nextRecent = (uncommon.nextRecent + 1) % pace.count
             }
         }
 
         /// A new pace keeps the newest grants that fit it.
         mutating func setPace(_ new: Pace?) {
-            let ordered = recent.count < (pace?.count ?? 0) ? recent : Array(recent[nextRecent...] + recent[..<nextRecent])
-            pace = new
-            recent = new.map { Array(ordered.suffix($0.count)) } ?? []
-            nextRecent = 0
+            guard new != nil || uncommon != nil else { return }
+            let uncommon = madeUncommon()
+            let recent = uncommon.recent
+            let ordered =
+                recent.count < (uncommon.pace?.count ?? 0)
+                ? recent : Array(recent[uncommon.nextRecent...] + recent[..<uncommon.nextRecent])
+            uncommon.pace = new
+            uncommon.recent = new.map { Array(ordered.suffix($0.count)) } ?? []
+            uncommon.nextRecent = 0
         }
 
         mutating func addHolder(_ id: UInt64, _ waiter: Waiter) {
             assert(!isHeld(by: id), "an operation holds a lane at most once")
-            if holder == nil { holder = (id, waiter) } else { otherHolders[WaiterKey(id)] = waiter }
+            if holder == nil { holder = (id, waiter) } else { madeUncommon().otherHolders[WaiterKey(id)] = waiter }
         }
 
         /// `false` when `id` did not hold it.
@@ -106,7 +161,13 @@ struct ClaimTable<Waiter> {
                 holder = nil
                 return first.waiter
             }
-            return otherHolders.removeValue(forKey: WaiterKey(id))
+            guard uncommon?.otherHolders[WaiterKey(id)] != nil else { return nil }
+            return madeUncommon().otherHolders.removeValue(forKey: WaiterKey(id))
+        }
+
+        /// Gives back the holders' table a burst grew, as a removed record would.
+        mutating func shrinkHolders() {
+            if let uncommon, uncommon.otherHolders.capacity > 16 { madeUncommon().otherHolders = [:] }
         }
 
         mutating func popFirst() {
@@ -425,7 +486,7 @@ struct ClaimTable<Waiter> {
         // What a burst left in it (its line's buffer, its holders' table) is given back, as a removed
         // record would give it.
         if record.state.line.capacity > 16 { record.state.line = [] }
-        if record.state.otherHolders.capacity > 16 { record.state.otherHolders = [:] }
+        record.state.shrinkHolders()
         idle = record
     }
 

@@ -1,0 +1,71 @@
+import XCTest
+
+@testable import Baton
+
+/// A lane's state keeps what few lanes need (more holders, a pace, a lender's hold) out of line: a
+/// lane that needs none of it does not make it, and a state stays a value when it does.
+final class LaneStateTests: XCTestCase {
+    typealias State = ClaimTable<String>.LaneState
+
+    private let lane = Lane(name: .init(scope: ObjectIdentifier(ExclusivityScope.process), category: "lane-state"), under: 0)
+
+    /// An exclusive lane without a pace, held and given back, never makes the out-of-line part; one
+    /// with a second holder does.
+    func testAnExclusiveLaneMakesNoUncommonPart() throws {
+        var table = ClaimTable<String>()
+        XCTAssertTrue(table.request(1, lanes: [lane], waiter: "one"))
+        XCTAssertFalse(table.request(2, lanes: [lane], waiter: "two"))
+        let record = try XCTUnwrap(table.lanes.record(for: lane))
+        XCTAssertFalse(record.state.hasUncommon, "held, with one waiting")
+        XCTAssertEqual(table.release([lane], by: 1).map(\.1), ["two"])
+        XCTAssertEqual(table.release([lane], by: 2).count, 0)
+        XCTAssertFalse(record.state.hasUncommon, "given back")
+        XCTAssertTrue(table.isIdle)
+
+        _ = table.setLimit(2, of: lane.name)
+        XCTAssertTrue(table.request(3, lanes: [lane], waiter: "three"))
+        XCTAssertTrue(table.request(4, lanes: [lane], waiter: "four"))
+        XCTAssertTrue(try XCTUnwrap(table.lanes.record(for: lane)).state.hasUncommon, "a second holder")
+        XCTAssertEqual(table.lanes[lane]?.held, 2)
+        _ = table.release([lane], by: 3)
+        _ = table.release([lane], by: 4)
+        XCTAssertTrue(table.isIdle)
+    }
+
+    /// A copy of a state with holders beyond the first, a pace and a lender's hold changes apart from
+    /// the original.
+    func testACopyOfAStateChangesApartFromTheOriginal() {
+        var original = State(limit: 3, pace: Pace(count: 2, interval: 100))
+        original.addHolder(1, "one")
+        original.addHolder(2, "two")
+        original.noteGrant(at: 10)
+        var copy = original
+        copy.addHolder(3, "three")
+        XCTAssertEqual(copy.takeHolder(2), "two")
+        copy.noteGrant(at: 20)
+        copy.noteGrant(at: 30)
+        copy.lenderRelease = lane
+        copy.setPace(Pace(count: 1, interval: 50))
+
+        XCTAssertEqual(original.held, 2)
+        XCTAssertTrue(original.isHeld(by: 2))
+        XCTAssertFalse(original.isHeld(by: 3))
+        XCTAssertEqual(original.pace, Pace(count: 2, interval: 100))
+        XCTAssertNil(original.paceDue(at: 11), "one grant of two: the original's pace lets the next through")
+        XCTAssertEqual(original.paceCools, 110)
+        XCTAssertNil(original.lenderRelease)
+
+        XCTAssertEqual(copy.held, 2)
+        XCTAssertTrue(copy.isHeld(by: 3))
+        XCTAssertFalse(copy.isHeld(by: 2))
+        XCTAssertEqual(copy.pace, Pace(count: 1, interval: 50))
+        XCTAssertEqual(copy.paceDue(at: 31), 80, "the copy kept its newest grant under its new pace")
+        XCTAssertEqual(copy.lenderRelease, lane)
+    }
+
+    /// A state without the uncommon part is small: a record per lane in use is what a burst of claims on
+    /// distinct categories keeps alive, one per claim.
+    func testAStateWithoutTheUncommonPartIsSmall() {
+        XCTAssertLessThanOrEqual(MemoryLayout<ClaimTable<Gatekeeper.Waiter>.LaneState>.size, 64)
+    }
+}
