@@ -109,6 +109,24 @@ let independentBlockOperations: Workload = { n in
     try waitAll(queue, "BlockOperation x\(n)")
 }
 
+/// A `BlockOperation` carrying what a Baton operation carries beyond one: the 256-byte block of its
+/// state and lock, and 32 bytes of its own fields. It runs the same empty block: what it costs beyond
+/// `BlockOperation` is what the memory costs, which no change to Baton's steps can take away.
+final class PaddedBlockOperation: BlockOperation, @unchecked Sendable {
+    /// 224 bytes in a heap block of its own, as a Baton operation's state is.
+    final class Block {
+        var words: (SIMD16<UInt64>, SIMD8<UInt64>, SIMD4<UInt64>) = (.zero, .zero, .zero)
+    }
+    let block = Block()
+    var fields: SIMD4<UInt64> = .zero
+}
+
+let paddedBlockOperations: Workload = { n in
+    let queue = OperationQueue()
+    queue.addOperations((0..<n).map { _ in PaddedBlockOperation {} }, waitUntilFinished: false)
+    try waitAll(queue, "PaddedBlockOperation x\(n)")
+}
+
 let independentBaton: Workload = { n in
     let queue = OperationQueue()
     queue.addOperations((0..<n).map { _ in AsyncBlockOperation { $0.finish() } }, waitUntilFinished: false)
@@ -347,6 +365,7 @@ final class Counter: @unchecked Sendable {
 let workloads: [String: Workload] = [
     "baton-independent": independentBaton,
     "BlockOperation": independentBlockOperations,
+    "BlockOperation-padded": paddedBlockOperations,
     "DispatchGroup": dispatchGroup,
     "TaskGroup": taskGroup,
     "baton-chain": batonChain,
@@ -373,6 +392,7 @@ let workloads: [String: Workload] = [
     "baton-chain-generated-recorded-cap-10000": recorded(batonGeneratedChain, capacity: 10_000),
     "baton-chain-generated-recorded-cap-100000": recorded(batonGeneratedChain, capacity: 100_000),
     "baton-group-claimed": batonGroupClaimed,
+    "baton-group-categories-made": batonGroupWithCategoriesMade,
     "baton-independent-claimed": batonIndependentClaimed,
     "baton-group-exclusive": batonGroupContending(limit: 1),
     "baton-group-limit-4": batonGroupContending(limit: 4),
@@ -450,7 +470,10 @@ struct Comparison {
 let comparisons = [
     Comparison(
         workload: "independent", baton: "baton-independent",
-        baselines: [("BlockOperation", options.independentLimit), ("DispatchGroup", .max), ("TaskGroup", .max)]),
+        baselines: [
+            ("BlockOperation", options.independentLimit), ("BlockOperation-padded", options.independentLimit),
+            ("DispatchGroup", .max), ("TaskGroup", .max),
+        ]),
     Comparison(
         workload: "chain", baton: "baton-chain",
         baselines: [
@@ -480,7 +503,9 @@ let comparisons = [
     // Exclusivity and limits: an uncontended claim on each path, then one contended category against
     // the queue it imitates. Waiters in a plain OperationQueue cost Linux's queue a walk per schedule,
     // so those rows stop at --raw-limit.
-    Comparison(workload: "excl-uncontended", baton: "baton-group-claimed", baselines: [("baton-group", .max)]),
+    Comparison(
+        workload: "excl-uncontended", baton: "baton-group-claimed",
+        baselines: [("baton-group", .max), ("baton-group-categories-made", .max)]),
     Comparison(
         workload: "excl-uncontended-queue", baton: "baton-independent-claimed",
         baselines: [("baton-independent", .max)]),
