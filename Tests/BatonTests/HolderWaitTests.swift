@@ -39,6 +39,41 @@ final class HolderWaitTests: BatonTestCase {
 
     // MARK: - Refused: they would wait for themselves
 
+    /// A blocking wait on a composite's queue, for an operation that needs a category a composite above
+    /// holds, is refused (the composite waits for the child this thread runs). It still is once the
+    /// child has finished but is inside its `execute()`, where the walk up from the child itself stops
+    /// at it (it no longer keeps its queue: a review's remark after stop 48): the rule is found through
+    /// the queue the thread runs. A sequence is still running its steps then; a group's other children
+    /// may all have finished, and the group with them: its wait is refused, or runs once the group has
+    /// given the category back. Checked to fail without the queue's rule (both sequences ran).
+    func testABlockingWaitAfterTheChildFinishedInsideACompositeThatHoldsTheCategory() throws {
+        let shapes: [(String, mustRefuse: Bool, (AsyncOperation, AsyncOperation) -> AsyncOperation)] = [
+            ("sequence", true, { SequenceOperation<Void>(operations: [$0, $1]) }),
+            ("sequence in a group", true, { GroupOperation(operations: [SequenceOperation<Void>(operations: [$0, $1])]) }),
+            ("group", false, { GroupOperation(operations: [$0, $1]) }),
+            ("serial group", false, { GroupOperation(operations: [$0, $1], maxConcurrentOperationCount: 1) }),
+        ]
+        for (shape, mustRefuse, make) in shapes {
+            let x = OperationCategory("x", in: ExclusivityScope("after finishing, \(shape)"))
+            let inner = needing(x, "inner")
+            let seen = Mutex("not run")
+            let returned = DispatchSemaphore(value: 0)
+            let first = AsyncBlockOperation { operation in
+                operation.finish()
+                let outcome = Self.describeBlocking { try inner.run(timeout: .seconds(testTimeout)) }
+                seen.withLock { $0 = outcome }
+                returned.signal()
+            }
+            let composite = make(first, AsyncBlockOperation { $0.finish() })
+            try composite.addExclusivity(x)
+            let outcome = try composite.runForOutcome(timeout: .seconds(testTimeout))
+            guard case .succeeded = outcome else { return XCTFail("\(shape): \(outcome)") }
+            XCTAssertEqual(returned.wait(timeout: .now() + testTimeout), .success, shape)
+            let result = seen.withLock { $0 }
+            XCTAssertTrue(mustRefuse ? result == "refused" : ["refused", "ran"].contains(result), "\(shape): \(result)")
+        }
+    }
+
     func testAwaitingAChainHandleForAStepThatNeedsTheHeldCategoryIsRefused() throws {
         let x = OperationCategory("x", in: ExclusivityScope("handle async"))
         let step = needing(x, "step")
