@@ -25,7 +25,9 @@ public struct DownloadedFile: Sendable {
 
 /// Streams a response's body to a file: memory stays bounded whatever the size, and the destination
 /// is written only once the whole body has arrived (replacing any file there), so a failed or
-/// cancelled download leaves no partial file behind.
+/// cancelled download leaves no partial file at the destination. On Linux, Foundation's own copy of
+/// a body cancelled before it is whole (`<UUID>.tmp` in the temporary folder) stays there: Foundation
+/// never says its name, so it cannot be removed.
 ///
 /// ```swift
 /// let download = HTTPClient.shared.download(URLRequest(url: url), to: destination)
