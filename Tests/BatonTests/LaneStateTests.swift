@@ -63,6 +63,19 @@ final class LaneStateTests: XCTestCase {
         XCTAssertEqual(copy.lenderRelease, lane)
     }
 
+    /// Giving back the holders' table a burst grew keeps the part the state owns alone: it is changed
+    /// where it is, not copied.
+    func testGivingBackTheHoldersTableKeepsTheUnsharedPart() throws {
+        var state = State(limit: 40, pace: nil)
+        for id: UInt64 in 1...20 { state.addHolder(id, "holder \(id)") }
+        for id: UInt64 in 1...20 { XCTAssertEqual(state.takeHolder(id), "holder \(id)") }
+        let before = try XCTUnwrap(state.uncommonIdentity)
+        XCTAssertGreaterThan(state.otherHolders.capacity, 16)
+        state.shrinkHolders()
+        XCTAssertEqual(state.uncommonIdentity, before, "an unshared part is changed in place")
+        XCTAssertEqual(state.otherHolders.capacity, 0)
+    }
+
     /// A state without the uncommon part is small: a record per lane in use is what a burst of claims on
     /// distinct categories keeps alive, one per claim.
     func testAStateWithoutTheUncommonPartIsSmall() {

@@ -83,6 +83,8 @@ struct ClaimTable<Waiter> {
 
         /// Whether the uncommon fields were made (for tests: a lane that needs none must not pay for them).
         var hasUncommon: Bool { uncommon != nil }
+        /// Which out-of-line part the state keeps, if any: a test seam that tells a copy from the part kept.
+        var uncommonIdentity: ObjectIdentifier? { uncommon.map(ObjectIdentifier.init) }
 
         /// The holders beyond the first.
         var otherHolders: [WaiterKey: Waiter] { uncommon?.otherHolders ?? [:] }
@@ -167,7 +169,8 @@ struct ClaimTable<Waiter> {
 
         /// Gives back the holders' table a burst grew, as a removed record would.
         mutating func shrinkHolders() {
-            if let uncommon, uncommon.otherHolders.capacity > 16 { madeUncommon().otherHolders = [:] }
+            // Not bound first: a binding is a second reference, and madeUncommon() would copy the part.
+            if (uncommon?.otherHolders.capacity ?? 0) > 16 { madeUncommon().otherHolders = [:] }
         }
 
         mutating func popFirst() {
