@@ -77,8 +77,32 @@ final class LaneStateTests: XCTestCase {
     }
 
     /// A state without the uncommon part is small: a record per lane in use is what a burst of claims on
-    /// distinct categories keeps alive, one per claim.
+    /// distinct categories keeps alive, one per claim. A record (an object header, its lane and its
+    /// state, each 8-aligned) fits glibc's fast bins, 120 bytes of request at most on 64-bit systems.
     func testAStateWithoutTheUncommonPartIsSmall() {
-        XCTAssertLessThanOrEqual(MemoryLayout<ClaimTable<Gatekeeper.Waiter>.LaneState>.size, 64)
+        let state = MemoryLayout<ClaimTable<Gatekeeper.Waiter>.LaneState>.size
+        XCTAssertLessThanOrEqual(state, 56)
+        XCTAssertLessThanOrEqual(2 * MemoryLayout<Int>.size + MemoryLayout<Lane>.stride + state, 120)
+    }
+
+    /// A limit beyond 32 bits is kept as the largest 32-bit one, which no count of holders reaches; the
+    /// line's start moves as it did.
+    func testALimitBeyondThirtyTwoBitsMeansNoLimit() {
+        var state = State(limit: .max)
+        XCTAssertEqual(state.limit, Int(Int32.max))
+        state.limit = 3
+        XCTAssertEqual(state.limit, 3)
+        state.line = [7, 8, 9]
+        state.popFirst()
+        XCTAssertEqual(state.head, 1)
+        XCTAssertEqual(state.first, 8)
+    }
+
+    /// A lane's lender is kept without an optional's tag, and `nil` stays `nil`, 0 stays 0.
+    func testALaneKeepsItsLender() {
+        XCTAssertNil(lane.lender)
+        XCTAssertEqual(Lane(name: lane.name, under: 5, lender: 0).lender, 0)
+        XCTAssertEqual(Lane(name: lane.name, under: 5, lender: 4).lender, 4)
+        XCTAssertEqual(Lane(name: lane.name, under: 5, lender: 4), Lane(name: lane.name, under: 5), "not part of its identity")
     }
 }
