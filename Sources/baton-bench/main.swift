@@ -210,6 +210,59 @@ let handOffBlockOperations: Workload = { n in
     }
 }
 
+/// A chain's floor in Foundation with a chain's two traits that `handOffBlockOperations` lacks: its `n`
+/// `BlockOperation`s are all made before the first runs (as `addChain` takes them, so they are alive
+/// at once), and each adds the next to the queue from its `completionBlock` when `afterFinish`, which
+/// Foundation calls once the operation has finished (as a chain hands on only after `isFinished`), or
+/// else from its block, while it still runs. With `padded`, each step is a `PaddedBlockOperation`, the
+/// size of a Baton operation.
+func madeHandOffBlockOperations(afterFinish: Bool, padded: Bool = false) -> Workload {
+    { n in
+        let queue = OperationQueue()
+        let done = DispatchSemaphore(value: 0)
+        // The steps refer to one another through `MadeSteps`, not to the next step itself: a step keeps
+        // its blocks once run, so a list of steps each holding the next would be freed recursively,
+        // 100,000 deep.
+        let steps = MadeSteps(count: max(n, 1), padded: padded)
+        let reference = MadeSteps.Reference(steps: steps)
+        for (index, operation) in steps.operations.enumerated() {
+            let handOn: @Sendable () -> Void = {
+                if index + 1 < reference.steps.operations.count {
+                    queue.addOperation(reference.steps.operations[index + 1])
+                } else {
+                    done.signal()
+                }
+            }
+            if afterFinish {
+                operation.addExecutionBlock {}
+                operation.completionBlock = handOn
+            } else {
+                operation.addExecutionBlock(handOn)
+            }
+        }
+        queue.addOperation(steps.operations[0])
+        guard done.wait(timeout: .now() + 600) == .success else {
+            throw BenchmarkFailure(description: "made hand-off x\(n) timed out")
+        }
+        withExtendedLifetime(steps) {}
+    }
+}
+
+/// The steps of `madeHandOffBlockOperations`, made before the first runs.
+final class MadeSteps: Sendable {
+    let operations: [BlockOperation]
+
+    /// How a step reaches the others without keeping them alive: the workload keeps them until the
+    /// last has run.
+    struct Reference: @unchecked Sendable {
+        unowned(unsafe) let steps: MadeSteps
+    }
+
+    init(count: Int, padded: Bool) {
+        operations = (0..<count).map { _ in padded ? PaddedBlockOperation() : BlockOperation() }
+    }
+}
+
 /// The steps of `handOffBlockOperations`.
 struct HandOff: Sendable {
     let queue: OperationQueue
@@ -371,6 +424,9 @@ let workloads: [String: Workload] = [
     "baton-chain": batonChain,
     "raw-chain-one-call": rawChain(oneByOne: false),
     "BlockOperation-hand-off": handOffBlockOperations,
+    "BlockOperation-hand-off-made": madeHandOffBlockOperations(afterFinish: false),
+    "BlockOperation-hand-off-after-finish": madeHandOffBlockOperations(afterFinish: true),
+    "BlockOperation-hand-off-after-finish-padded": madeHandOffBlockOperations(afterFinish: true, padded: true),
     "raw-chain-one-by-one": rawChain(oneByOne: true),
     "baton-chain-recovering": chain(adapter: .recovering { _, _, _ in .forward }),
     "baton-chain-adapter-operations": chain(
@@ -478,6 +534,9 @@ let comparisons = [
         workload: "chain", baton: "baton-chain",
         baselines: [
             ("BlockOperation", options.independentLimit), ("BlockOperation-hand-off", options.independentLimit),
+            ("BlockOperation-hand-off-made", options.independentLimit),
+            ("BlockOperation-hand-off-after-finish", options.independentLimit),
+            ("BlockOperation-hand-off-after-finish-padded", options.independentLimit),
             ("raw-chain-one-call", options.rawLimit), ("raw-chain-one-by-one", options.rawLimit),
         ]),
     // The adapter forms: an adapter operation per step against the closure hand-ons.
