@@ -67,8 +67,12 @@ enum InputOffer {
 
 extension AsyncOperation {
     /// The input stored for the operation, read as `Input`.
+    ///
+    /// Read under the lock, cast outside it: `Optional.flatMap` with the cast inside ran unspecialized
+    /// for a generic `Input`, with a closure context, on every read of a chain step's input.
     func storedInput<Input>(as _: Input.Type) -> Input? {
-        core.withLock { $0.input.flatMap { $0 as? Input } }
+        guard let stored = core.withLock({ $0.input }) else { return nil }
+        return stored as? Input
     }
 
     /// Stores the input while the operation is pending; a value given later is ignored and reported.
