@@ -48,7 +48,7 @@ import Musl
 public final class FlightRecorder: Sendable {
     /// The most records kept.
     public let capacity: Int
-    /// `DispatchTime` uptime at creation: record times are offsets from it.
+    /// `DispatchTime` uptime at creation (read through `Uptime`): record times are offsets from it.
     let origin: UInt64
     private let storage: Mutex<Storage>
 
@@ -223,7 +223,7 @@ public final class FlightRecorder: Sendable {
 
     private init(validCapacity: Int) {
         capacity = validCapacity
-        origin = DispatchTime.now().uptimeNanoseconds
+        origin = Uptime.nanoseconds()
         storage = Mutex(Storage())
     }
 
@@ -317,7 +317,7 @@ public final class FlightRecorder: Sendable {
 
     /// The offset of now from the recorder's creation, in nanoseconds.
     func nanosecondsNow() -> Int64 {
-        Int64(bitPattern: DispatchTime.now().uptimeNanoseconds &- origin)
+        Int64(bitPattern: Uptime.nanoseconds() &- origin)
     }
 
     /// Makes a new record and returns its id; the oldest record makes way when the ring is full.
