@@ -220,15 +220,14 @@ func madeHandOffBlockOperations(afterFinish: Bool, padded: Bool = false) -> Work
     { n in
         let queue = OperationQueue()
         let done = DispatchSemaphore(value: 0)
-        // The steps refer to one another through `MadeSteps`, not to the next step itself: a step keeps
-        // its blocks once run, so a list of steps each holding the next would be freed recursively,
-        // 100,000 deep.
+        // The steps reach one another through `MadeSteps`, unowned, not through the next step itself: a
+        // step keeps its blocks once run, so a list of steps each holding the next would be freed
+        // recursively, 100,000 deep. The workload keeps `steps` until the last has run.
         let steps = MadeSteps(count: max(n, 1), padded: padded)
-        let reference = MadeSteps.Reference(steps: steps)
         for (index, operation) in steps.operations.enumerated() {
-            let handOn: @Sendable () -> Void = {
-                if index + 1 < reference.steps.operations.count {
-                    queue.addOperation(reference.steps.operations[index + 1])
+            let handOn: @Sendable () -> Void = { [unowned(unsafe) steps] in
+                if index + 1 < steps.operations.count {
+                    queue.addOperation(steps.operations[index + 1])
                 } else {
                     done.signal()
                 }
@@ -251,12 +250,6 @@ func madeHandOffBlockOperations(afterFinish: Bool, padded: Bool = false) -> Work
 /// The steps of `madeHandOffBlockOperations`, made before the first runs.
 final class MadeSteps: Sendable {
     let operations: [BlockOperation]
-
-    /// How a step reaches the others without keeping them alive: the workload keeps them until the
-    /// last has run.
-    struct Reference: @unchecked Sendable {
-        unowned(unsafe) let steps: MadeSteps
-    }
 
     init(count: Int, padded: Bool) {
         operations = (0..<count).map { _ in padded ? PaddedBlockOperation() : BlockOperation() }
