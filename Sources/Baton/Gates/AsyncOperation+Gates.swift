@@ -212,14 +212,15 @@ extension AsyncOperation {
 
     // MARK: - Beginning
 
-    /// `isReady` past the dependencies: `true` when there is no gate or it is passed. A queue that asks
-    /// about an operation it holds (and whose dependencies have finished) begins the passage, off this
-    /// thread: Foundation may ask under its own lock.
-    func gateAllowsStart() -> Bool {
+    /// `isReady` past the dependencies: `true` when the gate is passed. A queue that asks about an
+    /// operation it holds (and whose dependencies have finished) begins the passage, off this thread:
+    /// Foundation may ask under its own lock. `enqueued` and `dependencies` were read before
+    /// Foundation's count of unfinished dependencies (see ``isReady``): whether the queue had finished
+    /// adding the operation, and the count of `addDependency` calls then (see `State.dependencyAdds`).
+    func gateAllowsStart(enqueued: Bool?, dependencies: UInt32) -> Bool {
         // Linux's Foundation reads `isReady` once while it adds the operation, before it can schedule
         // it: the gate begins when the queue considers it (added, or walked after a resume), never
         // before. Where Foundation's record cannot be read (Apple platforms), any read begins it.
-        let enqueued = FoundationQueueState.isEnqueued(self)
         let inQueue = enqueued ?? true
         var reannounce = false
         var claim: Claim?
@@ -240,7 +241,14 @@ extension AsyncOperation {
                 reannounce = enqueued == true && !ownRead && state.life.isPending
                 return nil
             }
-            guard inQueue, gate.admission.isClosed, state.life.isPending else { return Admission.Action.none }
+            // An `addDependency` under way when the count was read, or since: Foundation's count may
+            // have been read before its edge. The call has the queue read `isReady` again once it is
+            // done (an unfinished dependency, as it finishes).
+            guard inQueue, gate.admission.isClosed, state.life.isPending, dependencies % 2 == 0,
+                state.dependencyAdds == dependencies
+            else {
+                return Admission.Action.none
+            }
             let action = begin(gate, path: .announce, settled: state.isCancelled || state.life.early != nil)
             if case .request = action { claim = Claim(gate, &state) }
             return action
@@ -414,7 +422,18 @@ extension AsyncOperation {
     /// of an open gate whose operation has not started: they are given back at once, and the gate
     /// begins anew when the operation's queue looks at it again, as that dependency finishes.
     func gateNoteDependency(_ dependency: Operation) {
-        guard !dependency.isFinished else { return }
+        guard !dependency.isFinished else {
+            // Foundation read `isReady` while it recorded the edge, and that read (or one it overlapped)
+            // did not begin a closed gate: an operation its queue holds is announced again, so the queue
+            // reads it now that the call is done (a finished dependency adds nothing to wait for).
+            let closedInQueue = core.withLock { state in
+                state.gate.map { $0.admission.isClosed && state.life.isPending } ?? false
+            }
+            if closedInQueue, FoundationQueueState.isEnqueued(self) ?? true {
+                DispatchQueue.global().async { self.announceReady() }
+            }
+            return
+        }
         if let granted = takeBackGrantForUnfinishedDependency() { Gatekeeper.wake(granted) }
     }
 

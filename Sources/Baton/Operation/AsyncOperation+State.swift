@@ -30,6 +30,10 @@ extension AsyncOperation {
         /// a barrier's dependency, the only one Foundation adds without `addDependency`, is left out
         /// of `dependencies` anyway.
         var hasDependencies = false
+        /// Counts each `addDependency` call twice, before and after Foundation records the edge: odd
+        /// while one is under way. A read of `isReady` begins the gate only when it read an even count
+        /// that has not changed by the time the gate decides (see ``AsyncOperation/isReady``).
+        var dependencyAdds: UInt32 = 0
         /// The queue a Baton entry point launched it on: a rerun hops to that queue's dispatch queue.
         ///
         /// Held strongly until the operation finishes (the finish's commit takes it out and lets go

@@ -390,8 +390,15 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     open override func addDependency(_ operation: Operation) {
         // Set before Foundation records the edge: a start in between must not skip reading it (see
         // `State.hasDependencies`; a review started one there and it ran past a cancelled dependency).
-        core.withLock { $0.hasDependencies = true }
+        // Counted before and after Foundation records the edge (odd while it does): a read of `isReady`
+        // that may have read Foundation's count before the edge does not begin the gate on it (see
+        // `isReady`).
+        core.withLock { state in
+            state.hasDependencies = true
+            state.dependencyAdds &+= 1
+        }
         super.addDependency(operation)
+        core.withLock { $0.dependencyAdds &+= 1 }
         gateNoteDependency(operation)
     }
 
@@ -410,8 +417,21 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     /// that will finish unexecuted). Until then it takes no worker of the queue. An override must
     /// combine its own answer with `super`'s.
     open override var isReady: Bool {
+        // The facts the gate begins on are read in the order that makes them hold together. First the
+        // count of `addDependency` calls, then whether the queue has finished adding the operation,
+        // then Foundation's count of unfinished dependencies. Linux's queue adds a dependency on each
+        // pending barrier before it marks the operation enqueued, so a read that sees it enqueued, then
+        // no unfinished dependency, has seen the barriers. `addDependency` counts before and after
+        // Foundation records the edge, so a read that began while it did (odd), or that a call
+        // overlapped (changed by the time the gate decides), does not begin the gate; the call reads
+        // the readiness again once it is done (see `gateNoteDependency`). Read the other way round, a count of zero read before the barriers were added
+        // began the gate of an operation that waited for a barrier: it held its categories while the
+        // barrier waited for operations that waited for them (a hang in 1 of about 4,600 trials of
+        // `QueueControlsLaunchHammerTests` under ThreadSanitizer, and once in CI).
+        guard let dependencies = core.withLock({ $0.gate != nil ? $0.dependencyAdds : nil }) else { return super.isReady }
+        let enqueued = FoundationQueueState.isEnqueued(self)
         guard super.isReady else { return false }
-        return gateAllowsStart()
+        return gateAllowsStart(enqueued: enqueued, dependencies: dependencies)
     }
 
     /// Whether the operation is executing: started and not yet finished.
