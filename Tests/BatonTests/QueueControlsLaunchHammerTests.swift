@@ -106,10 +106,17 @@ final class QueueControlsLaunchHammerTests: BatonTestCase {
             let finished = eventually(timeout: 15) { (ops + extras).allSatisfy(\.isFinished) }
             if !finished || meter.most > limit {
                 failures.append(
-                    "trial \(trial): finished \(finished) most \(meter.most) hows \(hows)\n"
-                        + ops.map {
-                            "\($0.isFinished) \($0.gateWaitDescription() ?? "-") \(String(describing: FoundationQueueState.of($0)))"
-                        }.joined(separator: "\n"))
+                    "trial \(trial): finished \(finished) most \(meter.most) limit \(limit) width \(width) hows \(hows)\n"
+                        + (ops + extras).enumerated().map { index, op in
+                            let (admission, held) = op.core.withLock { ($0.gate?.admission, $0.gate?.held ?? []) }
+                            return "\(index < count ? "op \(index)" : "extra \(index - count)") \(op.reference): "
+                                + "finished \(op.isFinished) cancelled \(op.isCancelled) executions "
+                                + "\(index < count ? executions.value[index] : -1) "
+                                + "\(op.gateWaitDescription() ?? "-") \(String(describing: FoundationQueueState.of(op))) "
+                                + "\(String(describing: admission)) holds \(held.count) "
+                                + "dependencies finished \(op.dependencies.map(\.isFinished)) "
+                                + FoundationDump.of(op)
+                        }.joined(separator: "\n") + "\nqueue: " + FoundationDump.of(queue))
                 print(failures.last!)
                 for op in ops + extras { op.cancel() }
                 _ = eventually(timeout: 10) { (ops + extras).allSatisfy(\.isFinished) }
