@@ -284,6 +284,10 @@ public final class FlightRecorder: Sendable {
     // MARK: - Reading
 
     /// The records kept, by ``FlightRecord/id``: one snapshot, taken at one instant.
+    ///
+    /// A Baton operation's record ends before the operation reads as finished, so a snapshot taken
+    /// once `isFinished` is `true` shows it ended. A Foundation operation's record ends when its
+    /// completion runs, just after it reads as finished.
     public var records: [FlightRecord] {
         // Made under the lock: an entry's out-of-line part changes under it.
         storage.withLock { storage in

@@ -139,6 +139,11 @@ struct Recording: Sendable {
     let recorder: FlightRecorder
     let id: Int
 
+    /// Whether `other` is this record.
+    func isSame(as other: Recording?) -> Bool {
+        other.map { $0.recorder === recorder && $0.id == id } ?? false
+    }
+
     /// Records `child` as run by this record's operation (at `position`, after `predecessor`), as it is
     /// handed to a queue, and returns its record's id. A child already recording into this recorder is
     /// placed; one recording into another recorder is left alone (and `nil` is returned).

@@ -135,7 +135,7 @@ extension AsyncOperation {
             let telling = Telling(
                 outcome: life.decided!, executed: executed,
                 dropsUnfinishedDependencies: !executed || startedWhileNotReady, gated: gate != nil,
-                delegate: delegate, observers: outcomeObservers)
+                delegate: delegate, observers: outcomeObservers, link: recorderLink)
             outcomeObservers = []
             startObservers = []
             return telling
@@ -196,6 +196,9 @@ extension AsyncOperation {
         let gated: Bool
         let delegate: (any AsyncOperationDelegate)?
         let observers: [@Sendable (Outcome<(any Sendable)?>) -> Void]
+        /// How the operation recorded when the outcome was decided: its record ends before the
+        /// operation reads as finished.
+        let link: RecorderLink
     }
 
     // MARK: - Finishing (callbacks and notifications outside the lock)
@@ -236,13 +239,16 @@ extension AsyncOperation {
             }
             if telling.dropsUnfinishedDependencies { dropUnfinishedDependencies() }
             if telling.gated { releaseGate() }
-            commitFinish(telling.outcome)
+            // The record ends first: whoever sees the operation finished (by polling `isFinished`, too)
+            // finds its record ended.
+            let ended = recordsItsFinish ? recordFinish(telling.outcome, resolving: telling.link) : nil
+            commitFinish(telling.outcome, recordEnded: ended)
         }
     }
 
     /// Feeds `outcomeDelivered`: stores `finished`, announces it, runs the finished hooks and resumes
     /// the waits.
-    private func commitFinish(_ outcome: SharedOutcome) {
+    private func commitFinish(_ outcome: SharedOutcome, recordEnded ended: Recording?) {
         struct Commit {
             var action: Life.CommitAction
             var hooks: FinishedHooks
@@ -269,8 +275,10 @@ extension AsyncOperation {
         guard case .announce(let wasExecuting) = commit.action else {
             return reportImpossible()
         }
-        if let recording = recording(resolving: commit.link, startingOnQueue: false), recordsItsFinish {
-            recording.recorder.finished(recording.id, status: FlightRecord.Status(outcome), name: recordedName)
+        // A record made since the outcome was decided (a composite adopting the operation meanwhile)
+        // ends now.
+        if case .recorded(let made) = commit.link, !made.isSame(as: ended), recordsItsFinish {
+            made.recorder.finished(made.id, status: FlightRecord.Status(outcome), name: recordedName)
         }
         let tap = commit.tap
         if wasExecuting { announce(.willChange(Self.isExecutingKey), tap) }
@@ -279,6 +287,14 @@ extension AsyncOperation {
         announce(.didChange(Self.isFinishedKey), tap)
         commit.hooks.run()
         for resume in commit.waits { resume() }
+    }
+
+    /// Ends the operation's record (made now for one claimed by a recorder at creation), if it has
+    /// one; returns it.
+    private func recordFinish(_ outcome: SharedOutcome, resolving link: RecorderLink) -> Recording? {
+        guard let recording = recording(resolving: link, startingOnQueue: false) else { return nil }
+        recording.recorder.finished(recording.id, status: FlightRecord.Status(outcome), name: recordedName)
+        return recording
     }
 
     /// An event the machine says cannot happen in this state: a bug in Baton. Traps in debug builds,
