@@ -577,6 +577,8 @@ final class ExclusivityTests: BatonTestCase {
         try waiter.addExclusivity(x)
         serial.addOperation(waiter)
         waitFinished(waiter)
+        // The holder gives `x` back before it reads finished: the waiter can end first.
+        waitFinished(holder)
         XCTAssertEqual(holder.outcome?.isSuccess, true)
         XCTAssertEqual(waiter.outcome?.isSuccess, true)
     }

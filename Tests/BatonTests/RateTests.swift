@@ -209,8 +209,10 @@ final class RateTests: BatonTestCase {
         try second.addExclusivity(category)
         let queue = OperationQueue()
         queue.addOperation(second)
-        XCTAssertTrue(eventually { second.gateWaitDescription() != nil }, "held back by the rate")
-        XCTAssertEqual(second.gateWaitDescription(), "waiting for 'api' in rate cancel (rate 1 per 3600.0 seconds)")
+        // The rate is named once the request is in the table, a step after the operation began waiting.
+        let expected = "waiting for 'api' in rate cancel (rate 1 per 3600.0 seconds)"
+        XCTAssertTrue(
+            eventually { second.gateWaitDescription() == expected }, String(describing: second.gateWaitDescription()))
         second.cancel()
         waitFinished(second)
         XCTAssertEqual(second.outcome?.isCancelled, true)

@@ -113,7 +113,9 @@ final class SequenceRelayTests: BatonTestCase {
         let handle = Locked<ChainHandle<any Sendable>?>(nil)
         let waited = Locked<Int?>(nil)
         let ready = Gate()
+        let returned = Gate()
         children[0].after = { _ in
+            defer { returned.open() }
             ready.wait()
             waited.mutate { $0 = (try? handle.value?.wait(timeout: .seconds(Int64(testTimeout)))) as? Int }
         }
@@ -122,6 +124,8 @@ final class SequenceRelayTests: BatonTestCase {
         handle.mutate { $0 = chained }
         ready.open()
         XCTAssertEqual(try chained.wait(timeout: .seconds(Int64(testTimeout))) as? Int, 30)
+        // Both waits end together: the step's thread writes what it saw once it runs again.
+        returned.wait()
         XCTAssertEqual(waited.value, 30)
     }
 

@@ -1030,6 +1030,9 @@ extension AsyncOperation {
         case .evaluating?:
             return "waiting for conditions"
         case .waiting?:
+            // The lanes are set in the step that asks the table, a moment after the stage: until
+            // then, the categories alone.
+            guard !requested.isEmpty else { return "waiting for " + categories.map { "\($0)" }.joined(separator: "; ") }
             var parts = [String]()
             for (category, lane) in zip(categories, requested) {
                 let (holding, pace) = Gatekeeper.holdersAndPace(of: lane)
