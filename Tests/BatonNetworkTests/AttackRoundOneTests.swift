@@ -20,8 +20,13 @@ final class AttackRoundOneTests: NetworkTestCase, @unchecked Sendable {
     func testADownloadThatDoesNotSucceedNeverReplacesTheDestination() throws {
         let queue = OperationQueue()
         var ended = (cancelled: 0, timedOut: 0, succeeded: 0)
+        // A directory of its own: the check below lists it, and another process's downloads in the
+        // shared temporary directory would be counted as left behind.
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-f1-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(at: directory) }
         for trial in 0..<300 {
-            let destination = FileManager.default.temporaryDirectory.appendingPathComponent("baton-f1-\(UUID().uuidString)")
+            let destination = directory.appendingPathComponent("file-\(trial)")
             defer { try? FileManager.default.removeItem(at: destination) }
             try Data("OLD".utf8).write(to: destination)
             let download = client.download(
