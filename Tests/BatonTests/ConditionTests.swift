@@ -211,9 +211,10 @@ final class ConditionTests: BatonTestCase {
             producing: { _ in
                 AsyncBlockOperation { operation in
                     runs.increment()
-                    // A thread of its own: on the global queue, this block waited behind the gates' own
-                    // work for the 1,000 operations, about 20 s under ThreadSanitizer in CI's
-                    // `swift test`, and the first wait below ran out.
+                    // A thread of its own: on the global queue, this block waited about 20 s for a
+                    // worker under ThreadSanitizer in CI's `swift test` (after the classes before this
+                    // one; the gates' work for the 1,000 operations goes to that queue too), and the
+                    // first wait below ran out.
                     Thread {
                         release.wait()
                         operation.finish()
