@@ -25,25 +25,15 @@ final class RecordEndsBeforeFinishTests: BatonTestCase {
             let operations: [AsyncOperation] =
                 (0..<6).map { ImmediateOperation(.success($0), name: "\(trial)-\($0)") } + [group, cancelled]
             let unended = Locked([String]())
-            // One thread of its own (not a pool's: spinning there would starve the queue's workers)
-            // sweeps the operations, and reads a record the moment its operation reads finished.
-            let watched = DispatchSemaphore(value: 0)
-            Thread {
-                defer { watched.signal() }
-                var waiting = operations
-                let deadline = DispatchTime.now() + testTimeout
-                while !waiting.isEmpty, DispatchTime.now() < deadline {
-                    guard let index = waiting.firstIndex(where: \.isFinished) else { continue }
-                    let operation = waiting.remove(at: index)
-                    let name = operation.name
-                    // A queue records what starts on it: a cancelled operation may finish unrecorded.
-                    guard let record = recorder.records.first(where: { $0.name == name }) else {
-                        if operation !== cancelled { unended.append("\(name ?? "?"): no record") }
-                        continue
-                    }
-                    if !record.status.isFinished { unended.append("\(name ?? "?"): \(record.status)") }
+            let watched = watchEachFinish(of: operations, in: recorder) { operation, record in
+                let name = operation.name ?? "?"
+                // A queue records what starts on it: a cancelled operation may finish unrecorded.
+                guard let record else {
+                    if operation !== cancelled { unended.append("\(name): no record") }
+                    return
                 }
-            }.start()
+                if !record.status.isFinished { unended.append("\(name): \(record.status)") }
+            }
             let cancelsFirst = Bool.random()
             for operation in operations.shuffled() {
                 if operation === cancelled, cancelsFirst { operation.cancel() }
@@ -89,32 +79,24 @@ final class RecordEndsBeforeFinishTests: BatonTestCase {
                 return operation
             }
             let wrong = Locked([String]())
-            let watched = DispatchSemaphore(value: 0)
-            Thread {
-                defer { watched.signal() }
-                var waiting = operations
-                let deadline = DispatchTime.now() + testTimeout
-                while !waiting.isEmpty, DispatchTime.now() < deadline {
-                    guard let index = waiting.firstIndex(where: \.isFinished) else { continue }
-                    let operation = waiting.remove(at: index)
-                    let name = operation.name ?? "?"
-                    let expected: FlightRecord.Status? =
-                        switch operation.outcome {
-                        case .succeeded?: .succeeded
-                        case .failed?: nil
-                        case .cancelled?: .cancelled
-                        case nil: .pending
-                        }
-                    guard let record = recorder.records.first(where: { $0.name == name }) else {
-                        if executed.value.contains(name) { wrong.append("\(name): executed, no record") }
-                        continue
+            let watched = watchEachFinish(of: operations, in: recorder) { operation, record in
+                let name = operation.name ?? "?"
+                let expected: FlightRecord.Status? =
+                    switch operation.outcome {
+                    case .succeeded?: .succeeded
+                    case .failed?: nil
+                    case .cancelled?: .cancelled
+                    case nil: .pending
                     }
-                    switch (record.status, expected) {
-                    case (.failed, nil), (.succeeded, .succeeded?), (.cancelled, .cancelled?): break
-                    default: wrong.append("\(name): recorded \(record.status), reads \(String(describing: operation.outcome))")
-                    }
+                guard let record else {
+                    if executed.value.contains(name) { wrong.append("\(name): executed, no record") }
+                    return
                 }
-            }.start()
+                switch (record.status, expected) {
+                case (.failed, nil), (.succeeded, .succeeded?), (.cancelled, .cancelled?): break
+                default: wrong.append("\(name): recorded \(record.status), reads \(String(describing: operation.outcome))")
+                }
+            }
             let racing = DispatchGroup()
             for (index, operation) in operations.enumerated() {
                 let spins = (random.next(400), random.next(400))
@@ -153,4 +135,27 @@ final class RecordEndsBeforeFinishTests: BatonTestCase {
         }
         XCTAssertTrue(records.contains { if case .failed = $0.status { true } else { false } }, "no timeout")
     }
+}
+
+/// Sweeps `operations` on a thread of its own (not a pool's: spinning there would starve the queue's
+/// workers) and calls `check` with each one and its record in `recorder` (found by name; `nil` when it
+/// has none) the moment it reads finished. The returned semaphore is signalled once every operation was
+/// checked, or after `testTimeout`.
+private func watchEachFinish(
+    of operations: [AsyncOperation], in recorder: FlightRecorder,
+    _ check: @escaping @Sendable (AsyncOperation, FlightRecord?) -> Void
+) -> DispatchSemaphore {
+    let watched = DispatchSemaphore(value: 0)
+    Thread {
+        defer { watched.signal() }
+        var waiting = operations
+        let deadline = DispatchTime.now() + testTimeout
+        while !waiting.isEmpty, DispatchTime.now() < deadline {
+            guard let index = waiting.firstIndex(where: \.isFinished) else { continue }
+            let operation = waiting.remove(at: index)
+            let name = operation.name
+            check(operation, recorder.records.first { $0.name == name })
+        }
+    }.start()
+    return watched
 }

@@ -424,10 +424,11 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         // no unfinished dependency, has seen the barriers. `addDependency` counts before and after
         // Foundation records the edge, so a read that began while it did (odd), or that a call
         // overlapped (changed by the time the gate decides), does not begin the gate; the call reads
-        // the readiness again once it is done (see `gateNoteDependency`). Read the other way round, a count of zero read before the barriers were added
-        // began the gate of an operation that waited for a barrier: it held its categories while the
-        // barrier waited for operations that waited for them (a hang in 1 of about 4,600 trials of
-        // `QueueControlsLaunchHammerTests` under ThreadSanitizer, and once in CI).
+        // the readiness again once it is done (see `gateNoteDependency`). Read the other way round, a
+        // count of zero read before the barriers were added began the gate of an operation that waited
+        // for a barrier: it held its categories while the barrier waited for operations that waited for
+        // them (a hang in 1 of about 4,600 trials of `QueueControlsLaunchHammerTests` under
+        // ThreadSanitizer, and once in CI).
         guard let dependencies = core.withLock({ $0.gate != nil ? $0.dependencyAdds : nil }) else { return super.isReady }
         let enqueued = FoundationQueueState.isEnqueued(self)
         guard super.isReady else { return false }
