@@ -121,6 +121,19 @@ final class PaddedBlockOperation: BlockOperation, @unchecked Sendable {
     var fields: SIMD4<UInt64> = .zero
 }
 
+/// The same bytes as `PaddedBlockOperation`, all inline in the operation: no second heap block. Against
+/// `PaddedBlockOperation` it says whether the cost is the bytes or the second allocation, that is,
+/// whether keeping an operation's state inside the operation would take it away.
+final class InlinePaddedBlockOperation: BlockOperation, @unchecked Sendable {
+    var words: (SIMD16<UInt64>, SIMD8<UInt64>, SIMD4<UInt64>, SIMD4<UInt64>) = (.zero, .zero, .zero, .zero)
+}
+
+let inlinePaddedBlockOperations: Workload = { n in
+    let queue = OperationQueue()
+    queue.addOperations((0..<n).map { _ in InlinePaddedBlockOperation {} }, waitUntilFinished: false)
+    try waitAll(queue, "InlinePaddedBlockOperation x\(n)")
+}
+
 let paddedBlockOperations: Workload = { n in
     let queue = OperationQueue()
     queue.addOperations((0..<n).map { _ in PaddedBlockOperation {} }, waitUntilFinished: false)
@@ -412,6 +425,7 @@ let workloads: [String: Workload] = [
     "baton-independent": independentBaton,
     "BlockOperation": independentBlockOperations,
     "BlockOperation-padded": paddedBlockOperations,
+    "BlockOperation-inline-padded": inlinePaddedBlockOperations,
     "DispatchGroup": dispatchGroup,
     "TaskGroup": taskGroup,
     "baton-chain": batonChain,
@@ -521,7 +535,7 @@ let comparisons = [
         workload: "independent", baton: "baton-independent",
         baselines: [
             ("BlockOperation", options.independentLimit), ("BlockOperation-padded", options.independentLimit),
-            ("DispatchGroup", .max), ("TaskGroup", .max),
+            ("BlockOperation-inline-padded", options.independentLimit), ("DispatchGroup", .max), ("TaskGroup", .max),
         ]),
     Comparison(
         workload: "chain", baton: "baton-chain",
