@@ -30,6 +30,14 @@ extension AsyncOperation {
         /// a barrier's dependency, the only one Foundation adds without `addDependency`, is left out
         /// of `dependencies` anyway.
         var hasDependencies = false
+        /// A dependency's edge may have been recorded after the start decided (added while it executed,
+        /// or while it started): the finish removes the edges to unfinished dependencies, as it does for
+        /// an operation that started while not ready.
+        var dropsLateDependencies = false
+        /// The outcome was decided, so the finish has chosen whether to remove edges: an `addDependency`
+        /// that completes from now on removes its own edge (Linux Foundation would keep the operation in
+        /// that dependency as an unretained pointer after it is freed).
+        var dependencyEdgesSealed = false
         /// Counts each `addDependency` call twice, before and after Foundation records the edge: odd
         /// while one is under way. A read of `isReady` begins the gate only when it read an even count
         /// that has not changed by the time the gate decides (see ``AsyncOperation/isReady``).
@@ -132,9 +140,11 @@ extension AsyncOperation {
 
         /// Takes out what is told of a decided outcome.
         mutating func takeOutcomeListeners(executed: Bool) -> Telling {
+            dependencyEdgesSealed = true
             let telling = Telling(
                 outcome: life.decided!, executed: executed,
-                dropsUnfinishedDependencies: !executed || startedWhileNotReady, gated: gate != nil,
+                dropsUnfinishedDependencies: !executed || startedWhileNotReady || dropsLateDependencies,
+                gated: gate != nil,
                 delegate: delegate, observers: outcomeObservers, link: recorderLink)
             outcomeObservers = []
             startObservers = []

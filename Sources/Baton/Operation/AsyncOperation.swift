@@ -166,8 +166,10 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     public final override func start() {
         // Facts gathered before the lock: they read other locks (dependencies, Foundation's, the
         // recorder's). The machine decides on them under the operation's lock, in one step.
-        let (policy, link, custody, hasDependencies) = core.withLock {
-            ($0.policy, $0.recorderLink, $0.life.custody, $0.hasDependencies)
+        // The count of `addDependency` calls first: one that overlaps the reads below may record its
+        // edge after they were made (see `State.dropsLateDependencies`).
+        let (policy, link, custody, hasDependencies, adds) = core.withLock {
+            ($0.policy, $0.recorderLink, $0.life.custody, $0.hasDependencies, $0.dependencyAdds)
         }
         // Only the custody of a queue (Baton's, or Foundation's for an unclaimed operation) needs to
         // know who calls: reading it costs on every start.
@@ -216,6 +218,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
                 return .finish(state.takeOutcomeListeners(executed: false))
             case .announce(let notReady):
                 state.startedWhileNotReady = notReady
+                if state.dependencyAdds != adds { state.dropsLateDependencies = true }
                 defer { state.startObservers = [] }
                 return .announce(
                     Announcement(
@@ -387,6 +390,11 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     /// (its conditions and categories) is under way, or passed but the operation has not started, it
     /// also makes the gate begin again once `operation` has finished: an operation never holds its
     /// categories while one of its dependencies runs. An override must call `super`.
+    ///
+    /// Added once the operation has started, the dependency changes nothing for this run, and the edge
+    /// to it is removed when the operation finishes, or at once if it has finished already, while
+    /// `operation` has not finished: Linux Foundation keeps the dependent in `operation` as an
+    /// unretained pointer and follows it when `operation` finishes, after this one may have been freed.
     open override func addDependency(_ operation: Operation) {
         // Set before Foundation records the edge: a start in between must not skip reading it (see
         // `State.hasDependencies`; a review started one there and it ran past a cancelled dependency).
@@ -398,7 +406,18 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             state.dependencyAdds &+= 1
         }
         super.addDependency(operation)
-        core.withLock { $0.dependencyAdds &+= 1 }
+        // One lock step decides who removes a late edge: the finish, if its outcome is not decided yet
+        // (it reads the dependencies after this), or this call, if it is.
+        let removesItsOwnEdge: Bool = core.withLock { state in
+            state.dependencyAdds &+= 1
+            if state.dependencyEdgesSealed { return true }
+            if !state.life.isPending { state.dropsLateDependencies = true }
+            return false
+        }
+        if removesItsOwnEdge {
+            if !operation.isFinished { removeDependency(operation) }
+            return
+        }
         gateNoteDependency(operation)
     }
 

@@ -59,6 +59,25 @@ final class Watchdog: NSObject, XCTestObservation, @unchecked Sendable {
             alarm?.cancel()
             alarm = nil
         }
+        if Self.probesPool { Self.probePool(after: testCase.name) }
+    }
+
+    /// `BATON_TEST_POOL_PROBE=1`: after each test, how long a block sent to `DispatchQueue.global()`
+    /// waits to run, printed when it is more than half a second. On Linux the global pool adds about
+    /// one thread a second while its workers are blocked (Docs/Concurrency.md), so a test that leaves
+    /// blocks waiting on global workers slows every later test's queues; this names it.
+    private static let probesPool = ProcessInfo.processInfo.environment["BATON_TEST_POOL_PROBE"] == "1"
+
+    private static func probePool(after name: String) {
+        let ran = DispatchSemaphore(value: 0)
+        let sent = DispatchTime.now()
+        DispatchQueue.global().async { ran.signal() }
+        let answered = ran.wait(timeout: .now() + 10) == .success
+        let waited = Double(DispatchTime.now().uptimeNanoseconds - sent.uptimeNanoseconds) / 1e9
+        if !answered || waited > 0.5 {
+            FileHandle.standardError.write(
+                Data("pool probe: after \(name), a global block waited \(answered ? "\(waited) s" : "over 10 s")\n".utf8))
+        }
     }
 }
 
