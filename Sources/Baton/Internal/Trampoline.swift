@@ -176,11 +176,16 @@ enum Relay {
 /// thread is running. Such an operation cannot finish before they return, so a wait for it on this
 /// thread would wait for itself: the waits ask here and refuse at once.
 enum Callouts {
-    /// Runs `body` marked as `operation`'s callouts on this thread.
-    static func during(_ operation: AnyObject, _ body: () -> Void) {
+    /// Runs `body` marked as `operation`'s callouts on this thread. With `holding`, `operation` may
+    /// hold categories while they run (its start's observers, its outcome's, which run before it gives
+    /// them back): a blocking wait here for an operation that needs one of them would wait for itself,
+    /// as it would inside ``executing(_:_:)``.
+    static func during(_ operation: AsyncOperation, holding: Bool, _ body: () -> Void) {
         let local = Trampoline.LocalQueue.current
         local.callouts.append(ObjectIdentifier(operation))
+        if holding { local.holders.append(operation) }
         body()
+        if holding { local.holders.removeLast() }
         local.callouts.removeLast()
     }
 

@@ -235,7 +235,7 @@ extension AsyncOperation {
     private func deliver(_ telling: Telling) {
         withExtendedLifetime(self) {
             if telling.delegate != nil || !telling.observers.isEmpty {
-                Callouts.during(self) {
+                Callouts.during(self, holding: telling.gated) {
                     let outcome = telling.outcome.value
                     if let delegate = telling.delegate {
                         switch outcome {

@@ -223,7 +223,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
                 return .announce(
                     Announcement(
                         delegate: state.delegate, observers: state.startObservers, tap: state.notificationTap,
-                        notReady: notReady))
+                        notReady: notReady, holds: !(state.gate?.held.isEmpty ?? true)))
             }
         }
 
@@ -243,7 +243,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             announce(.willChange(Self.isExecutingKey), announcement.tap)
             announce(.didChange(Self.isExecutingKey), announcement.tap)
             if announcement.delegate != nil || !announcement.observers.isEmpty {
-                Callouts.during(self) {
+                Callouts.during(self, holding: announcement.holds) {
                     announcement.delegate?.operationDidStart(self)
                     for observer in announcement.observers { observer() }
                 }
@@ -264,6 +264,8 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         let observers: [@Sendable () -> Void]
         let tap: (@Sendable (Notification) -> Void)?
         let notReady: Bool
+        /// It holds categories: its observers run marked as inside it (see `Callouts.during`).
+        let holds: Bool
     }
 
     /// Feeds `startAnnounced`: enters ``execute()``, or finishes without it when a `cancel()` or a
@@ -370,10 +372,21 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         perform(action, telling)
     }
 
+    /// Calls ``didCancel()`` outside ``execute()`` (it returned before the cancellation arrived): marked
+    /// as inside the operation while it holds categories, as ``execute()`` is, so that a blocking wait
+    /// there for an operation that needs one of them is refused rather than waiting for itself.
+    private func deliverDidCancel() {
+        if core.withLock({ !($0.gate?.held.isEmpty ?? true) }) {
+            Callouts.executing(self) { didCancel() }
+        } else {
+            didCancel()
+        }
+    }
+
     private func perform(_ action: Life.CancelAction, _ telling: Telling?) {
         switch action {
         case .none: break
-        case .deliverCancel: Trampoline.run { self.didCancel() }
+        case .deliverCancel: Trampoline.run { self.deliverDidCancel() }
         case .finish: if let telling { tell(telling) }
         // Handed on and not started: it ends here, cancelled, instead of when the thread holding it gets
         // to it (a sequence's cancel or timeout would otherwise wait for that thread).
