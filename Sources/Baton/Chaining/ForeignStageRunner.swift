@@ -35,8 +35,13 @@ final class ForeignStageRunner: AsyncOperation, @unchecked Sendable {
         queuePriority = stage.queuePriority
         qualityOfService = stage.qualityOfService
         name = stage.name.map { "runner of \($0)" }
-        // Baton's own from birth: only the chain launches it.
-        core.withLock { _ = $0.life.claim() }
+        // Baton's own from birth: only the chain launches it. Recorded only through the chain's record,
+        // which ends the runner's record when the Foundation operation finishes: a recorder set or
+        // attached since the chain began would record the runner's start and never its end.
+        core.withLock { state in
+            _ = state.life.claim()
+            state.recorderLink = .none
+        }
     }
 
     override var recordedType: Any.Type { type(of: stage) }

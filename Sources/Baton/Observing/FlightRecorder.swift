@@ -114,6 +114,9 @@ public final class FlightRecorder: Sendable {
 
         enum StatusCode: UInt8 {
             case pending, executing, succeeded, failed, cancelled
+            /// Made by a thread that lost the race to record the operation (see `discard(_:)`): never
+            /// shown.
+            case discarded
         }
 
         /// What few records have, made on first use.
@@ -182,7 +185,7 @@ public final class FlightRecorder: Sendable {
             case .executing: record.status = .executing
             case .succeeded: record.status = .succeeded
             case .failed: record.status = .failed(extra?.failure ?? "")
-            case .cancelled: record.status = .cancelled
+            case .cancelled, .discarded: record.status = .cancelled
             }
             record.observesStart = observesStart
             return record
@@ -231,8 +234,9 @@ public final class FlightRecorder: Sendable {
 
     /// Records `operation` and, for a composite, every operation it runs (and theirs, to any depth).
     ///
-    /// Attach before the operation starts: what happened before is not recorded. An operation that
-    /// already records into another recorder (a global one, say) stays with it.
+    /// Attach before the operation starts: what happened before is not recorded (attached once it
+    /// has finished, the record has its outcome but no times). An operation that already records into
+    /// another recorder (a global one, say) stays with it.
     ///
     /// - Parameter operation: The operation.
     public func attach(to operation: AsyncOperation) {
@@ -294,7 +298,7 @@ public final class FlightRecorder: Sendable {
             let split = storage.lastID % capacity
             let all = storage.ring.all
             let ordered = all.count == capacity && split != 0 ? Array(all[split...] + all[..<split]) : all
-            return ordered.map { $0.record(typeNames: storage.typeNames) }
+            return ordered.compactMap { $0.status == .discarded ? nil : $0.record(typeNames: storage.typeNames) }
         }
     }
 
@@ -411,6 +415,12 @@ public final class FlightRecorder: Sendable {
             if let note = waiter.operation?.gateWaitDescription() { notes[id] = note }
         }
         return notes
+    }
+
+    /// Takes back a record made for an operation that another thread recorded first, at the same
+    /// moment: it is never shown. Its id stays used.
+    func discard(_ id: Int) {
+        update(id) { $0.status = .discarded }
     }
 
     /// The operation (or chain) finished with `status`.

@@ -239,18 +239,25 @@ extension AsyncOperation {
             id: recorder.register(
                 kind: type(of: self).recordsAsComposite ? .composite : .operation, type: recordedType, name: recordedName,
                 placement: placement, enqueued: enqueued))
-        // Attached from two threads at once, the first stays and the other record is never updated.
-        return core.withLock { state in
+        // One lock step decides. Recorded from two threads at once, the first record stays and the
+        // other is taken back. Stored once the finish has committed (which ends only the record it
+        // finds), the record is ended here, with the outcome.
+        let (kept, endedWith): (Recording?, SharedOutcome?) = core.withLock { state in
             switch state.recorderLink {
             case .recorded(let existing):
-                return existing.recorder === recorder ? existing : nil
+                return (existing.recorder === recorder ? existing : nil, nil)
             case .claimed(let other) where other !== recorder:
-                return nil
+                return (nil, nil)
             case .none, .queueLookup, .claimed:
                 state.recorderLink = .recorded(made)
-                return made
+                return (made, state.life.isFinished ? state.life.finished : nil)
             }
         }
+        if kept.map({ !$0.isSame(as: made) }) ?? true { recorder.discard(made.id) }
+        if let endedWith, recordsItsFinish {
+            recorder.finished(made.id, status: FlightRecord.Status(endedWith), name: recordedName)
+        }
+        return kept
     }
 
     /// The record of an operation that starts (or finishes without having started): made now for one
