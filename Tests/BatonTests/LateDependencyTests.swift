@@ -65,4 +65,61 @@ final class LateDependencyTests: BatonTestCase {
         }
         for dependency in dependencies { try dependency.run(timeout: .seconds(testTimeout)) }
     }
+
+    /// Added from another thread while the queue starts the operation, and while it finishes: whichever
+    /// way each race goes, no freed operation is left in a dependency. The dependencies finish after
+    /// every operation was freed; a dangling edge crashes there.
+    func testADependencyAddedAsTheOperationStartsOrFinishesDoesNotOutliveIt() throws {
+        let trials = ProcessInfo.processInfo.environment["BATON_TRIALS"].flatMap(Int.init) ?? 300
+        var random = SplitMix(state: 5402)
+        var dependencies = [AsyncBlockOperation]()
+        var executedBeforeItsDependency = 0
+        let leftEdges = Locked(0)
+        for trial in 0..<trials {
+            let dependency = AsyncBlockOperation { $0.finish() }
+            let freed = Gate()
+            let spins = (0..<2).map { _ in random.next(3000) }
+            let finishesAtOnce = random.next(2) == 0
+            let executed = Locked(false)
+            inScope {
+                let operation = FreedSignallingOperation(freed: freed) { operation in
+                    executed.mutate { $0 = true }
+                    if finishesAtOnce { operation.finish() } else { DispatchQueue.global().async { operation.finish() } }
+                }
+                let queue = OperationQueue()
+                let line = StartingLine()
+                line.thread {
+                    spinRounds(spins[0])
+                    queue.addOperation(operation)
+                }
+                line.thread {
+                    spinRounds(spins[1])
+                    operation.addDependency(dependency)
+                }
+                XCTAssertTrue(line.release(timeout: testTimeout), "trial \(trial): a thread never returned")
+                // Either it started first (and finishes now) or the edge came first (and it waits for
+                // the dependency, which runs below, after the others are freed).
+                if !eventually(timeout: 0.05, { operation.isFinished }) {
+                    try? dependency.run(timeout: .seconds(testTimeout))
+                } else if executed.value {
+                    executedBeforeItsDependency += 1
+                }
+                waitFinished(operation)
+                if !dependency.isFinished, let count = FoundationDump.dependentCount(of: dependency), count > 0 {
+                    XCTFail(
+                        "trial \(trial): the unfinished dependency still points to the finished operation "
+                            + "(executed \(executed.value), at once \(finishesAtOnce), \(FoundationDump.of(operation)))")
+                    leftEdges.mutate { $0 += 1 }
+                }
+            }
+            XCTAssertTrue(freed.wait(timeout: testTimeout), "trial \(trial): the operation was never freed")
+            if !dependency.isFinished { dependencies.append(dependency) }
+        }
+        // A dependency that still points to a freed operation would crash the process here.
+        guard leftEdges.value == 0 else { return }
+        for dependency in dependencies { try dependency.run(timeout: .seconds(testTimeout)) }
+        // The race happened both ways.
+        XCTAssertGreaterThan(executedBeforeItsDependency, 0)
+        XCTAssertGreaterThan(dependencies.count, 0)
+    }
 }

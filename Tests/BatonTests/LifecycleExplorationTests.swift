@@ -47,6 +47,9 @@ final class LifecycleExplorationTests: XCTestCase {
         /// The claimant handed the operation on (a sequence's relay): its thread starts it, or gives it
         /// to the queue after all.
         var relayed = false
+        /// A parked start's dependencies finished and its resumption is on its way (`resumePark` said
+        /// yes): it lands as `resumedStart`.
+        var resuming = false
         // Ledger.
         var liveWaits: Set<UInt64> = []
         var told = 0
@@ -62,6 +65,11 @@ final class LifecycleExplorationTests: XCTestCase {
     /// One event an actor can feed in a world.
     enum Event: Hashable, CustomStringConvertible {
         case queueStart(skip: Result?)
+        /// The queue starts the operation on a stale readiness: Foundation still counts an unfinished
+        /// dependency. Later, that dependency finishes (`dependenciesFinished`, whose `isReady` read
+        /// resumes the start), and the resumed start lands (`resumedStart`).
+        case queueStartEarly
+        case dependenciesFinished, resumedStart
         case strangerStart(inFoundationQueue: Bool)
         case startAnnounced(timer: Bool)
         case executeReturned
@@ -81,6 +89,9 @@ final class LifecycleExplorationTests: XCTestCase {
         var description: String {
             switch self {
             case .queueStart(let skip): return skip.map { "queueStart(skip: \($0))" } ?? "queueStart"
+            case .queueStartEarly: return "queueStartEarly"
+            case .dependenciesFinished: return "dependenciesFinished"
+            case .resumedStart: return "resumedStart"
             case .strangerStart(let inQueue): return inQueue ? "strangerStart(in a Foundation queue)" : "strangerStart"
             case .startAnnounced(let timer): return timer ? "startAnnounced(timer)" : "startAnnounced"
             case .executeReturned: return "executeReturned"
@@ -108,8 +119,10 @@ final class LifecycleExplorationTests: XCTestCase {
     func enabledEvents(_ world: World) -> [Event] {
         var events = [Event]()
         if world.queueStarts > 0 {
-            events += [.queueStart(skip: nil), .queueStart(skip: .failed), .queueStart(skip: .cancelled)]
+            events += [.queueStart(skip: nil), .queueStart(skip: .failed), .queueStart(skip: .cancelled), .queueStartEarly]
         }
+        if world.machine.isParked { events.append(.dependenciesFinished) }
+        if world.resuming { events.append(.resumedStart) }
         if world.strangerStarts > 0 {
             events += [.strangerStart(inFoundationQueue: false), .strangerStart(inFoundationQueue: true)]
         }
@@ -145,6 +158,22 @@ final class LifecycleExplorationTests: XCTestCase {
             next.queueStarts -= 1
             let caller = Machine.Caller(queue: Self.queue.queue, isMainThread: false, foundation: .starting)
             try start(&next, Machine.StartFacts(caller: caller, skip: skip, ready: true))
+        case .queueStartEarly:
+            next.queueStarts -= 1
+            let caller = Machine.Caller(queue: Self.queue.queue, isMainThread: false, foundation: .starting)
+            var facts = Machine.StartFacts(caller: caller, skip: nil, ready: false)
+            facts.dependenciesUnfinished = true
+            try start(&next, facts)
+        case .dependenciesFinished:
+            if next.machine.resumePark() { next.resuming = true }
+            // One resumption however many reads see the count reach zero.
+            if next.machine.resumePark() { throw Violation(description: "a parked start was resumed twice") }
+        case .resumedStart:
+            next.resuming = false
+            var facts = Machine.StartFacts(
+                caller: Machine.Caller(queue: nil, isMainThread: false, foundation: nil), skip: nil, ready: true)
+            facts.resumesPark = true
+            try start(&next, facts)
         case .strangerStart(let inQueue):
             next.strangerStarts -= 1
             let caller = Machine.Caller(queue: nil, isMainThread: false, foundation: inQueue ? .waiting : nil)
@@ -272,10 +301,13 @@ final class LifecycleExplorationTests: XCTestCase {
             break
         case .admit:
             throw Violation(description: "an operation with no gate was sent to its gate")
+        case .park:
+            if !facts.dependenciesUnfinished { throw Violation(description: "parked with its dependencies finished") }
         case .finishUnexecuted:
             try told(&world)
         case .announce:
-            if case .enqueued(let key) = custody, facts.caller.queue != key.queue {
+            // A resumed start is the queue's own, put off (`queueStartEarly`).
+            if case .enqueued(let key) = custody, facts.caller.queue != key.queue, !facts.resumesPark {
                 throw Violation(description: "a stranger started an operation its queue holds")
             }
             if custody == .claimed { throw Violation(description: "a claimed operation was started") }
@@ -344,6 +376,13 @@ final class LifecycleExplorationTests: XCTestCase {
             throw Violation(description: "\(event) changed a finished operation")
         }
         if world.enqueues > 1 { throw Violation(description: "enqueued twice") }
+        // A start that came before the dependencies finished neither executes nor decides until it
+        // is resumed.
+        if world.machine.parking != .none {
+            if world.executesEntered > 0 || world.announcing || world.machine.decided != nil {
+                throw Violation(description: "a parked start executed or finished before its dependencies")
+            }
+        }
         // The outcome kept beside the phase agrees with it.
         if (world.machine.decided != nil) != world.machine.isDecided {
             throw Violation(description: "outcome \(String(describing: world.machine.decided)) in phase \(world.machine.phase)")
@@ -384,6 +423,10 @@ final class LifecycleExplorationTests: XCTestCase {
                 event = .executeReturned
             } else if let hop = world.hops.sorted().last {
                 event = .hopLanded(hop)
+            } else if world.resuming {
+                event = .resumedStart
+            } else if world.machine.isParked {
+                event = .dependenciesFinished
             } else if world.machine.isPending {
                 if world.relayed {
                     event = .relayStart

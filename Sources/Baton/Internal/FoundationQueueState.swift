@@ -42,6 +42,16 @@ enum FoundationQueueState: Equatable {
         stateIndex(of: operation).map { $0 >= 3 }
     }
 
+    /// Whether Foundation is done with `operation` as a dependency: its finish has walked its
+    /// dependents (`__state` is `finished`, set under the operation's lock after the walk). `isFinished`
+    /// reads `true` earlier, from the moment the outcome is decided (Foundation's `finishing`, a Baton
+    /// operation's announcement): an edge to a dependency in between is still followed. Where Baton
+    /// cannot read the record, `isFinished`.
+    static func hasWalkedDependents(_ operation: Operation) -> Bool {
+        // Finished is the last case (7).
+        stateIndex(of: operation).map { $0 == 7 } ?? operation.isFinished
+    }
+
     /// Where `operation`'s `__state` stands among the cases of Foundation's `__NSOperationState`
     /// (its index in declaration order), or `nil` when Baton cannot read it on this platform.
     private static func stateIndex(of operation: Operation) -> UInt8? {
@@ -49,6 +59,17 @@ enum FoundationQueueState: Equatable {
         return nil
         #else
         return Layout.shared?.stateIndex(of: operation)
+        #endif
+    }
+
+    /// The queue Foundation holds `operation` in, or `nil` (in none, finished, or unknown on this
+    /// platform). Read only for an operation that queue has started and that has not finished: the
+    /// queue keeps `__queue`, retained, until the operation finishes.
+    static func queue(of operation: Operation) -> OperationQueue? {
+        #if canImport(Darwin)
+        return nil
+        #else
+        return Layout.shared?.queue(of: operation)
         #endif
     }
 
@@ -85,6 +106,13 @@ enum FoundationQueueState: Equatable {
                 case Self.starting: return .starting
                 default: return .past
                 }
+            }
+        }
+
+        func queue(of operation: Operation) -> OperationQueue? {
+            withExtendedLifetime(operation) {
+                UnsafeRawPointer(Unmanaged.passUnretained(operation).toOpaque())
+                    .load(fromByteOffset: queueOffset, as: Unmanaged<OperationQueue>?.self)?.takeUnretainedValue()
             }
         }
 

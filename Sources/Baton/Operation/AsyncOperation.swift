@@ -163,7 +163,20 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     /// it waits in a queue you added it to (seen on Linux, where Baton can read Foundation's record), it
     /// reports ``Diagnostic/Kind/startedWhileInQueue`` and does nothing: the queue starts it. Started
     /// before its dependencies finished, it reports ``Diagnostic/Kind/startedWhileNotReady`` and runs.
+    ///
+    /// Started by its queue while a dependency that was there when the queue dispatched it (a pending
+    /// barrier's too) has not finished, it waits, without executing or finishing, until Foundation
+    /// counts no unfinished dependency, then starts where the queue would have run it. Linux's queue can
+    /// start an operation on a stale cached readiness when `addDependency` races `addOperation`. It
+    /// keeps the queue's worker slot meanwhile. A dependency added once the queue had dispatched it does
+    /// not hold it back, nor does any while it holds a category.
     public final override func start() {
+        begin(resuming: false)
+    }
+
+    /// `start()`, or (`resuming`) the start Baton resumes once a start its queue made too early has
+    /// seen its dependencies finish (see `Lifecycle.StartAction.park`).
+    private func begin(resuming: Bool) {
         // Facts gathered before the lock: they read other locks (dependencies, Foundation's, the
         // recorder's). The machine decides on them under the operation's lock, in one step.
         // The count of `addDependency` calls first: one that overlaps the reads below may record its
@@ -174,7 +187,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         // Only the custody of a queue (Baton's, or Foundation's for an unclaimed operation) needs to
         // know who calls: reading it costs on every start.
         var caller = Life.Caller(queue: nil, isMainThread: false, foundation: nil)
-        switch custody {
+        switch resuming ? .direct : custody {
         case .enqueued(let key):
             caller.foundation = FoundationQueueState.of(self)
             if key.onMainThread {
@@ -195,25 +208,39 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         let dependencies = hasDependencies || !Self.listsOnlyAddedDependencies ? self.dependencies : []
         let verdict = dependencyVerdict(policy, of: dependencies)
         let ready = isReady
+        // Started by its queue while Foundation still counts an unfinished dependency (a stale cached
+        // readiness): it waits for them (read only when `isReady` said no, so never on the usual path).
+        let unfinished = !ready && (resuming || caller.foundation == .starting) && !super.isReady
 
         enum Decision {
             case refuse(Diagnostic.Kind)
             case finish(Telling)
             case announce(Announcement)
             case admit(Admission.Action)
+            case park
         }
         let decision: Decision = core.withLock { state in
             let skip = verdict ?? preflightFailure(state).map { SharedOutcome.failed($0) }
             var facts = Life.StartFacts(caller: caller, skip: skip, ready: ready)
             facts.admitted = state.gate?.admission.isPassed ?? true
+            // Only edges that were there when the queue dispatched it (one added since is late), and
+            // only while it holds no category: waiting, it would hold one while a dependency that may
+            // need it runs. Either way it runs now, as Foundation's start would, and its edges to
+            // unfinished dependencies are removed when it finishes.
+            facts.dependenciesUnfinished =
+                unfinished && !state.dependencyAddedAfterDispatch && (state.gate?.held.isEmpty ?? true)
+            facts.resumesPark = resuming
             switch state.life.start(facts) {
             case .refuse(let kind):
                 return .refuse(kind)
+            case .park:
+                return .park
             case .admit:
                 // Not past its gate (started by hand, or by a queue that did not ask `isReady`): the
                 // gate starts it again once it opens.
-                // Started by its queue, it holds one of the queue's workers while it waits.
-                return .admit(beginByStart(state.gate!, holdsWorker: caller.foundation == .starting))
+                // Started by its queue (now, or in a start put off until its dependencies finished),
+                // it holds one of the queue's workers while it waits.
+                return .admit(beginByStart(state.gate!, holdsWorker: resuming || caller.foundation == .starting))
             case .finishUnexecuted:
                 return .finish(state.takeOutcomeListeners(executed: false))
             case .announce(let notReady):
@@ -230,6 +257,10 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         switch decision {
         case .refuse(let kind):
             Diagnostics.report(kind, self)
+        case .park:
+            // The last dependency may have finished before the park was recorded, its `isReady` read
+            // finding nothing parked: read the count again now that it is.
+            if super.isReady { resumeParkedStart() }
         case .admit(let action):
             perform(action)
         case .finish(let telling):
@@ -250,12 +281,30 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             }
             // Started by a queue Baton launched it on: the steps handed on meanwhile start here once it
             // returns (see `Relay`).
-            if case .enqueued(let key) = custody, !key.onMainThread {
+            if case .enqueued(let key) = custody, !key.onMainThread, !resuming {
                 Relay.working(for: key.queue) { enterExecute() }
             } else {
                 enterExecute()
             }
         }
+    }
+
+    /// Resumes a parked start (see `Lifecycle.StartAction.park`) once Foundation counts no unfinished
+    /// dependency, if no other caller has: one lock step decides. It runs off this thread (Foundation
+    /// reads `isReady` from inside its own notifications, sometimes under a lock of its own), where
+    /// the queue would have run it: its `underlyingQueue`, the main queue's thread, or a global queue.
+    private func resumeParkedStart() {
+        guard core.withLock({ $0.life.resumePark() }) else { return }
+        sendResumedStart()
+    }
+
+    /// Sends the start that `resumePark` decided on to where the queue would have run it.
+    private func sendResumedStart() {
+        let queue = FoundationQueueState.queue(of: self)
+        let target =
+            queue?.underlyingQueue ?? (queue === OperationQueue.main ? DispatchQueue.main : nil)
+            ?? DispatchQueue.global(qos: qualityOfService.dispatchClass)
+        target.async { self.begin(resuming: true) }
     }
 
     /// What a decided start announces once the lock is released.
@@ -419,19 +468,38 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             state.dependencyAdds &+= 1
         }
         super.addDependency(operation)
+        // Read after Foundation recorded the edge: an edge to an unfinished dependency of an operation
+        // its queue has dispatched is late, and a start put off for its dependencies goes ahead.
+        let late = FoundationQueueState.isDispatched(self) == true && !FoundationQueueState.hasWalkedDependents(operation)
         // One lock step decides who removes a late edge: the finish, if its outcome is not decided yet
         // (it reads the dependencies after this), or this call, if it is.
-        let removesItsOwnEdge: Bool = core.withLock { state in
+        let (removesItsOwnEdge, resumes): (Bool, Bool) = core.withLock { state in
             state.dependencyAdds &+= 1
-            if state.dependencyEdgesSealed { return true }
+            if state.dependencyEdgesSealed { return (true, false) }
             if !state.life.isPending { state.dropsLateDependencies = true }
-            return false
+            guard late else { return (false, false) }
+            state.dependencyAddedAfterDispatch = true
+            state.dropsLateDependencies = true
+            return (false, state.life.resumePark())
         }
         if removesItsOwnEdge {
-            if !operation.isFinished { removeDependency(operation) }
+            removeOwnLateEdge(to: operation)
             return
         }
+        if resumes { sendResumedStart() }
         gateNoteDependency(operation)
+    }
+
+    /// Takes away the edge a late `addDependency` recorded (see `addDependency`). Foundation records an
+    /// edge in two lock steps, listing `operation` in `dependencies`, then this operation among
+    /// `operation`'s dependents; a finish that removed its unfinished dependencies in between removed
+    /// the listing alone, and Foundation's `removeDependency` removes nothing it does not list. So the
+    /// dependency is listed again first (a no-op while it still is): the removal then takes both away.
+    /// Nothing to take away once `operation`'s finish has walked its dependents.
+    private func removeOwnLateEdge(to operation: Operation) {
+        guard !FoundationQueueState.hasWalkedDependents(operation) else { return }
+        super.addDependency(operation)
+        removeDependency(operation)
     }
 
     /// `true` for a class whose `dependencies` are exactly those added with `addDependency` (Baton's
@@ -461,10 +529,21 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         // for a barrier: it held its categories while the barrier waited for operations that waited for
         // them (a hang in 1 of about 4,600 trials of `QueueControlsLaunchHammerTests` under
         // ThreadSanitizer, and once in CI).
-        guard let dependencies = core.withLock({ $0.gate != nil ? $0.dependencyAdds : nil }) else { return super.isReady }
+        let (read, parked) = core.withLock { ($0.gate != nil ? $0.dependencyAdds : nil, $0.life.isParked) }
+        if parked { return parkedReadiness() }
+        guard let dependencies = read else { return super.isReady }
         let enqueued = FoundationQueueState.isEnqueued(self)
         guard super.isReady else { return false }
         return gateAllowsStart(enqueued: enqueued, dependencies: dependencies)
+    }
+
+    /// `isReady` of an operation whose queue started it too early (see `Lifecycle.StartAction.park`):
+    /// Foundation reads it when the count of unfinished dependencies reaches zero (the last one
+    /// finishing, or removed), and that read resumes the start.
+    private func parkedReadiness() -> Bool {
+        guard super.isReady else { return false }
+        resumeParkedStart()
+        return true
     }
 
     /// Whether the operation is executing: started and not yet finished.

@@ -97,6 +97,22 @@ struct Lifecycle<Result: LifecycleOutcome> {
         /// Whether the operation's gate (its conditions and categories) is passed, or has none. An
         /// operation that will execute waits here, pending, until it is.
         var admitted = true
+        /// The caller is the queue (or the resumption of its parked start), and Foundation still counts
+        /// an unfinished dependency: Linux's queue started the operation on a stale readiness (see
+        /// `StartAction.park`).
+        var dependenciesUnfinished = false
+        /// The start that resumes a parked one, once its dependencies have finished (`resumePark`).
+        var resumesPark = false
+    }
+
+    /// Where a queue's start that came too early stands (see `StartAction.park`).
+    enum Parking: Hashable {
+        /// No start is put off.
+        case none
+        /// Its queue started it while a dependency was unfinished; it waits for that dependency.
+        case parked
+        /// Its dependencies have finished: the start is on its way back (`resumesPark`).
+        case resuming
     }
 
     private(set) var phase = Phase.pending
@@ -105,6 +121,7 @@ struct Lifecycle<Result: LifecycleOutcome> {
     /// The outcome, once decided (finishing or finished only).
     private(set) var decided: Result?
     private(set) var custody = Custody.unclaimed
+    private(set) var parking = Parking.none
     /// A `cancel()` arrived (or the outcome is `cancelled`).
     private(set) var cancelRequested = false
     /// The token of the armed timeout, if any.
@@ -195,28 +212,30 @@ struct Lifecycle<Result: LifecycleOutcome> {
         case announce(notReady: Bool)
         /// Still pending: pass the gate first, then start again.
         case admit
+        /// Still pending: its queue started it while Foundation still counted an unfinished dependency
+        /// (Linux's queue caches readiness in two steps, a read and a store, so a read made before a
+        /// barrier's or a dependency's edge can be stored after it, and the queue starts the operation
+        /// on it). It neither executes nor finishes until its dependencies have finished, and keeps the
+        /// queue's worker slot meanwhile (Foundation frees a slot only when the operation finishes):
+        /// the shell resumes the start (`resumePark`) when Foundation's count reaches zero, which
+        /// Foundation tells it by reading `isReady`.
+        case park
     }
 
     mutating func start(_ facts: StartFacts) -> StartAction {
         guard case .pending = phase else { return .refuse(.startedTwice) }
-        switch custody {
-        case .direct:
-            break
-        case .handedOn:
-            // Only the thread that holds it starts it, after taking it (`takeHandedOn`).
-            return .refuse(.startedWhileClaimed)
-        case .unclaimed:
-            // Added to a queue with Foundation's own `addOperation`: only that queue may start it.
-            if facts.caller.foundation == .waiting { return .refuse(.startedWhileInQueue) }
-        case .claimed:
-            return .refuse(.startedWhileClaimed)
-        case .enqueued(let key):
-            // The queue's own start runs on that queue (and, where Baton can read it, Foundation
-            // marked the operation starting): a start from another operation of the queue is not it.
-            let byQueue = key.onMainThread ? facts.caller.isMainThread : facts.caller.queue == key.queue
-            guard byQueue, facts.caller.foundation != .waiting else {
-                return .refuse(.startedWhileClaimed)
-            }
+        if facts.resumesPark {
+            guard parking == .resuming else { return .refuse(.startedTwice) }
+            parking = .none
+        } else if parking != .none {
+            // Its queue has started it, and it waits for its dependencies: nobody else may start it.
+            return .refuse(.startedWhileInQueue)
+        } else if let refusal = refusal(of: facts.caller) {
+            return .refuse(refusal)
+        }
+        if facts.dependenciesUnfinished {
+            parking = .parked
+            return .park
         }
         if let skipped = cancelRequested ? .cancelled : early ?? facts.skip {
             decide(skipped, wasExecuting: false)
@@ -230,6 +249,38 @@ struct Lifecycle<Result: LifecycleOutcome> {
         }
         phase = .starting
         return .announce(notReady: !facts.ready)
+    }
+
+    /// Why `caller` may not start the operation, by its custody; `nil` when it may.
+    private func refusal(of caller: Caller) -> Diagnostic.Kind? {
+        switch custody {
+        case .direct:
+            return nil
+        case .handedOn:
+            // Only the thread that holds it starts it, after taking it (`takeHandedOn`).
+            return .startedWhileClaimed
+        case .unclaimed:
+            // Added to a queue with Foundation's own `addOperation`: only that queue may start it.
+            return caller.foundation == .waiting ? .startedWhileInQueue : nil
+        case .claimed:
+            return .startedWhileClaimed
+        case .enqueued(let key):
+            // The queue's own start runs on that queue (and, where Baton can read it, Foundation
+            // marked the operation starting): a start from another operation of the queue is not it.
+            let byQueue = key.onMainThread ? caller.isMainThread : caller.queue == key.queue
+            return byQueue && caller.foundation != .waiting ? nil : .startedWhileClaimed
+        }
+    }
+
+    /// Whether a queue's start is parked, waiting for the dependencies (see `StartAction.park`).
+    var isParked: Bool { parking == .parked }
+
+    /// A parked start's dependencies have finished: `true` once, for the caller that then starts it
+    /// again with `resumesPark`.
+    mutating func resumePark() -> Bool {
+        guard parking == .parked, case .pending = phase else { return false }
+        parking = .resuming
+        return true
     }
 
     enum EnterAction: Equatable {
@@ -480,7 +531,8 @@ struct Lifecycle<Result: LifecycleOutcome> {
         case .finished, .finishing: return .finished
         case .starting, .executing: return .executing
         case .pending:
-            guard custody == .unclaimed else { return .taken }
+            // A parked start: its queue has it.
+            guard custody == .unclaimed, parking == .none else { return .taken }
             custody = .claimed
             return nil
         }
@@ -514,7 +566,7 @@ struct Lifecycle<Result: LifecycleOutcome> {
     /// on: see `Relay`), from its own custody or from a queue's that has not been given it yet;
     /// `false` when it does not have it to launch.
     mutating func launchHere(insteadOf key: QueueKey?) -> Bool {
-        guard case .pending = phase else { return false }
+        guard case .pending = phase, parking == .none else { return false }
         switch (custody, key) {
         case (.claimed, nil): break
         case (.enqueued(let enqueued), let key?) where enqueued == key: break
@@ -544,6 +596,11 @@ struct Lifecycle<Result: LifecycleOutcome> {
     /// without executing.
     mutating func retire() -> LaunchAction {
         guard custody == .claimed || custody == .unclaimed, isPending else { return .none }
+        // A parked start ends unexecuted when it is resumed, once its dependencies have finished.
+        guard parking == .none else {
+            cancelRequested = true
+            return .none
+        }
         custody = .direct
         cancelRequested = true
         return .startHere

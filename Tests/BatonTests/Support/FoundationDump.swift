@@ -22,6 +22,16 @@ enum FoundationDump {
         return parts.joined(separator: " ")
     }
 
+    /// How many dependents Foundation keeps in `operation` (its unretained `__downDependencies`, the
+    /// pointers its finish follows), or `nil` where they cannot be read. Read it only while nothing
+    /// changes them.
+    static func dependentCount(of operation: Operation) -> Int? {
+        guard let mirror = levelMirror(operation, named: "Operation"),
+            let dependents = mirror.children.first(where: { $0.label == "__downDependencies" })
+        else { return nil }
+        return Mirror(reflecting: dependents.value).children.count
+    }
+
     /// The fields of `OperationQueue` that decide dispatching, and the operations in its lists.
     static func of(_ queue: OperationQueue) -> String {
         guard let mirror = levelMirror(queue, named: "OperationQueue") else { return "" }
