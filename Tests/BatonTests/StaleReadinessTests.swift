@@ -65,16 +65,28 @@ final class StaleReadinessTests: BatonTestCase {
         return (queue, release, barrierRan)
     }
 
+    /// An operation added behind a pending barrier, then started by its queue on a stale readiness;
+    /// `makeBody` makes its body from the flag the barrier sets.
+    private func parkedBehindABarrier(
+        file: StaticString = #filePath, line: UInt = #line,
+        _ makeBody: (Locked<Bool>) -> @Sendable () -> Void = { _ in {} }
+    ) -> (StaleReadinessOperation, OperationQueue, release: DispatchSemaphore, barrierRan: Locked<Bool>) {
+        let (queue, release, barrierRan) = queueWithPendingBarrier()
+        let operation = StaleReadinessOperation(makeBody(barrierRan))
+        queue.addOperation(operation)
+        operation.announceStaleReadiness()
+        XCTAssertTrue(eventually { operation.parkedOrRan }, "the queue never started it", file: file, line: line)
+        return (operation, queue, release, barrierRan)
+    }
+
     func testAStartOnAStaleReadinessWaitsForThePendingBarrier() throws {
         #if canImport(Darwin)
         throw XCTSkip("Apple's Foundation keeps no record Baton can read, and its queue reads readiness through KVO")
         #else
-        let (queue, release, barrierRan) = queueWithPendingBarrier()
         let ranAfterTheBarrier = Locked<Bool?>(nil)
-        let operation = StaleReadinessOperation { ranAfterTheBarrier.mutate { $0 = barrierRan.value } }
-        queue.addOperation(operation)
-        operation.announceStaleReadiness()
-        XCTAssertTrue(eventually { operation.parkedOrRan }, "the queue never started it")
+        let (operation, queue, release, _) = parkedBehindABarrier { barrierRan in
+            { ranAfterTheBarrier.mutate { $0 = barrierRan.value } }
+        }
         XCTAssertEqual(operation.executions.value, 0, "it executed while the barrier before it was pending")
         XCTAssertFalse(operation.isFinished)
         XCTAssertEqual(diagnostics.kinds(for: operation), [])
@@ -118,11 +130,7 @@ final class StaleReadinessTests: BatonTestCase {
         #if canImport(Darwin)
         throw XCTSkip("Apple's Foundation keeps no record Baton can read, and its queue reads readiness through KVO")
         #else
-        let (queue, release, barrierRan) = queueWithPendingBarrier()
-        let operation = StaleReadinessOperation()
-        queue.addOperation(operation)
-        operation.announceStaleReadiness()
-        XCTAssertTrue(eventually { operation.parkedOrRan }, "the queue never started it")
+        let (operation, queue, release, barrierRan) = parkedBehindABarrier()
         operation.cancel()
         XCTAssertFalse(operation.isFinished, "it finished while the barrier that points to it was pending")
         XCTAssertFalse(barrierRan.value)
@@ -139,11 +147,7 @@ final class StaleReadinessTests: BatonTestCase {
         #if canImport(Darwin)
         throw XCTSkip("Apple's Foundation keeps no record Baton can read, and its queue reads readiness through KVO")
         #else
-        let (queue, release, _) = queueWithPendingBarrier()
-        let operation = StaleReadinessOperation()
-        queue.addOperation(operation)
-        operation.announceStaleReadiness()
-        XCTAssertTrue(eventually { operation.parkedOrRan }, "the queue never started it")
+        let (operation, queue, release, _) = parkedBehindABarrier()
         operation.start()
         XCTAssertEqual(operation.executions.value, 0, "a start by hand ran an operation its queue started")
         XCTAssertEqual(diagnostics.kinds(for: operation), [.startedWhileInQueue])
@@ -151,6 +155,38 @@ final class StaleReadinessTests: BatonTestCase {
         waitFinished(operation)
         XCTAssertEqual(operation.executions.value, 1)
         drain(queue)
+        #endif
+    }
+
+    /// A resumed start goes to the queue's `underlyingQueue`; for the main queue that is the main
+    /// dispatch queue, which Linux's Foundation answers (Baton relies on it, with no case of its own).
+    func testAResumedStartRunsOnTheUnderlyingQueueOfItsQueue() throws {
+        #if canImport(Darwin)
+        throw XCTSkip("Apple's Foundation keeps no record Baton can read, and its queue reads readiness through KVO")
+        #else
+        XCTAssertNotNil(OperationQueue.main.underlyingQueue)
+        let key = DispatchSpecificKey<Int>()
+        let workers = DispatchQueue(label: "stale-readiness workers")
+        workers.setSpecific(key: key, value: 1)
+        let trials = ProcessInfo.processInfo.environment["BATON_TRIALS"].flatMap(Int.init) ?? 200
+        for trial in 0..<trials {
+            let queue = OperationQueue()
+            queue.underlyingQueue = workers
+            let release = DispatchSemaphore(value: 0)
+            queue.addOperation(BlockOperation { _ = release.wait(timeout: .now() + testTimeout) })
+            queue.addBarrierBlock {}
+            let onWorkers = Locked<Bool?>(nil)
+            let operation = StaleReadinessOperation { onWorkers.mutate { $0 = DispatchQueue.getSpecific(key: key) == 1 } }
+            queue.addOperation(operation)
+            // The stale announcement and the release race from two threads.
+            let line = StartingLine()
+            line.thread { operation.announceStaleReadiness() }
+            line.thread { release.signal() }
+            XCTAssertTrue(line.release(timeout: testTimeout))
+            waitFinished(operation)
+            XCTAssertEqual(onWorkers.value, true, "trial \(trial)")
+            XCTAssertEqual(operation.executions.value, 1, "trial \(trial)")
+        }
         #endif
     }
 

@@ -300,10 +300,9 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
 
     /// Sends the start that `resumePark` decided on to where the queue would have run it.
     private func sendResumedStart() {
-        let queue = FoundationQueueState.queue(of: self)
+        // The main queue's `underlyingQueue` is `DispatchQueue.main`.
         let target =
-            queue?.underlyingQueue ?? (queue === OperationQueue.main ? DispatchQueue.main : nil)
-            ?? DispatchQueue.global(qos: qualityOfService.dispatchClass)
+            FoundationQueueState.queue(of: self)?.underlyingQueue ?? DispatchQueue.global(qos: qualityOfService.dispatchClass)
         target.async { self.begin(resuming: true) }
     }
 
