@@ -190,6 +190,85 @@ final class StaleReadinessTests: BatonTestCase {
         #endif
     }
 
+    /// A dependency added while the start waits is waited for too: the start goes on only once
+    /// Foundation counts no unfinished dependency, so it never runs before the barrier it was put off
+    /// for (a review's finding: the late edge used to release it at once, past the pending barrier,
+    /// which then followed its pointer to the freed operation).
+    func testADependencyAddedWhileAStartWaitsIsWaitedForToo() throws {
+        #if canImport(Darwin)
+        throw XCTSkip("Apple's Foundation keeps no record Baton can read, and its queue reads readiness through KVO")
+        #else
+        let dependencyFinished = Locked(false)
+        let ranAfter = Locked<[Bool]>([])
+        let (operation, queue, release, barrierRan) = parkedBehindABarrier { barrierRan in
+            { ranAfter.mutate { $0 = [barrierRan.value, dependencyFinished.value] } }
+        }
+        let dependency = ManualOperation()
+        operation.addDependency(dependency)
+        XCTAssertEqual(operation.executions.value, 0, "the late dependency released it before the barrier")
+        release.signal()
+        XCTAssertTrue(eventually { barrierRan.value })
+        // A moment's look: released by the barrier alone, it would run now.
+        _ = eventually(timeout: 0.05) { operation.isFinished }
+        XCTAssertEqual(operation.executions.value, 0, "it ran before its late dependency finished")
+        OperationQueue().addOperation(dependency)
+        dependency.started.wait()
+        dependencyFinished.mutate { $0 = true }
+        dependency.finish(with: 1)
+        waitFinished(operation)
+        XCTAssertEqual(operation.executions.value, 1)
+        XCTAssertEqual(ranAfter.value, [true, true])
+        XCTAssertEqual(diagnostics.kinds(for: operation), [])
+        drain(queue)
+        #endif
+    }
+
+    /// In a queue with a width limit the start does not wait: it would keep the slot that the
+    /// operations ahead of the barrier need (a review hung a serial queue so). It runs as Foundation's
+    /// would, says it was not ready, and leaves no edge in the barrier, whose finish would otherwise
+    /// follow its pointer to the operation after the operation was freed.
+    func testInAQueueWithAWidthLimitAStartOnAStaleReadinessRunsAndLeavesNoEdgeInTheBarrier() throws {
+        #if canImport(Darwin)
+        throw XCTSkip("Apple's Foundation keeps no record Baton can read, and its queue reads readiness through KVO")
+        #else
+        for width in [1, 3] {
+            let queue = OperationQueue()
+            queue.maxConcurrentOperationCount = width
+            // Ahead of the barrier, waiting for a dependency outside the queue: a worker slot must stay
+            // free for it.
+            let external = BlockOperation {}
+            let ahead = (0..<width).map { _ in BlockOperation {} }
+            for operation in ahead { operation.addDependency(external) }
+            queue.addOperations(ahead, waitUntilFinished: false)
+            let barrierRan = Locked(false)
+            queue.addBarrierBlock { barrierRan.mutate { $0 = true } }
+            let barriers = FoundationDump.listed(in: queue).filter { listed in !ahead.contains { $0 === listed } }
+            XCTAssertEqual(barriers.count, 1)
+            weak var freedOperation: StaleReadinessOperation?
+            inScope {
+                let operation = StaleReadinessOperation()
+                freedOperation = operation
+                queue.addOperation(operation)
+                XCTAssertEqual(barriers.map { FoundationDump.dependentCount(of: $0) }, [1])
+                operation.announceStaleReadiness()
+                waitFinished(operation)
+                XCTAssertEqual(operation.executions.value, 1, "width \(width)")
+                XCTAssertEqual(diagnostics.kinds(for: operation), [.startedWhileNotReady], "width \(width)")
+                XCTAssertFalse(barrierRan.value)
+                XCTAssertEqual(operation.outcome?.isSuccess, true)
+            }
+            XCTAssertEqual(
+                barriers.map { FoundationDump.dependentCount(of: $0) }, [0],
+                "width \(width): the pending barrier still points to the finished operation")
+            XCTAssertTrue(eventually { freedOperation == nil }, "width \(width): the operation was never freed")
+            // The barrier's finish walks its dependents: a pointer left to the freed operation crashes here.
+            external.start()
+            XCTAssertTrue(eventually { barrierRan.value }, "width \(width): \(FoundationDump.of(queue))")
+            drain(queue)
+        }
+        #endif
+    }
+
     /// The race itself, as users meet it: an operation behind a pending barrier, added to the queue
     /// while two threads make it depend on a finished operation, a third reads `isReady` and a fourth
     /// may cancel it (with and without a category, whose gate reads readiness too). Whoever wins, it
@@ -247,5 +326,70 @@ final class StaleReadinessTests: BatonTestCase {
             if failures.count > 5 { break }
         }
         XCTAssertEqual(failures, [])
+    }
+
+    /// The same race in a queue with a width limit, where a start the queue makes too early does not
+    /// wait: the operation may end before the barrier (executed, or cancelled), but once it has, no
+    /// pending barrier points to it any more.
+    func testInAQueueWithAWidthLimitTheRaceLeavesNoBarrierPointingToAFinishedOperation() throws {
+        let trials = ProcessInfo.processInfo.environment["BATON_TRIALS"].flatMap(Int.init) ?? 1_000
+        var random = SplitMix(state: 6102)
+        let finishedDependency = BlockOperation {}
+        finishedDependency.start()
+        var failures: [String] = []
+        var endedFirst = 0
+        for trial in 0..<trials {
+            let queue = OperationQueue()
+            queue.maxConcurrentOperationCount = 2
+            let release = DispatchSemaphore(value: 0)
+            let ahead = BlockOperation { _ = release.wait(timeout: .now() + testTimeout) }
+            queue.addOperation(ahead)
+            queue.addBarrierBlock {}
+            let barriers = FoundationDump.listed(in: queue).filter { $0 !== ahead }
+            let operation = AsyncBlockOperation { $0.finish() }
+            if random.next(2) == 0 {
+                try operation.addExclusivity(OperationCategory("X", in: ExclusivityScope("stale-readiness-width-\(trial)")))
+            }
+            let cancels = random.next(4) == 0
+            let spins = (0..<5).map { _ in random.next(3000) }
+            let line = StartingLine()
+            line.thread {
+                spinRounds(spins[0])
+                queue.addOperation(operation)
+            }
+            for adder in 1...2 {
+                line.thread {
+                    spinRounds(spins[adder])
+                    operation.addDependency(finishedDependency)
+                }
+            }
+            line.thread {
+                spinRounds(spins[3])
+                for _ in 0..<50 { _ = operation.isReady }
+            }
+            if cancels {
+                line.thread {
+                    spinRounds(spins[4])
+                    operation.cancel()
+                }
+            }
+            XCTAssertTrue(line.release(timeout: testTimeout))
+            if eventually(timeout: 0.002, { operation.isFinished }) {
+                waitFinished(operation)
+                endedFirst += 1
+                let pointing = barriers.compactMap { FoundationDump.dependentCount(of: $0) }.filter { $0 > 0 }
+                if !pointing.isEmpty {
+                    failures.append(
+                        "trial \(trial) (cancel \(cancels)): a pending barrier still points to the finished operation")
+                }
+            }
+            release.signal()
+            if !eventually(timeout: testTimeout, { operation.isFinished }) {
+                failures.append("trial \(trial): never finished: \(FoundationDump.of(operation))")
+            }
+            drain(queue)
+            if failures.count > 5 { break }
+        }
+        XCTAssertEqual(failures, [], "\(endedFirst) of \(trials) ended before the barrier")
     }
 }

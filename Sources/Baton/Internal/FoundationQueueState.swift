@@ -8,14 +8,16 @@ import Foundation
 /// Where an operation stands in an `OperationQueue`, as Foundation itself records it.
 ///
 /// No public API says whether an operation is in a queue. Linux's Foundation (swift-corelibs-foundation)
-/// keeps it in two stored properties of `Operation`: `__queue`, the queue it was added to, and
+/// keeps it in stored properties of `Operation`: `__queue`, the queue it was added to, and
 /// `__state`, its place in that queue's life (initialized, enqueuing, enqueued, dispatching, starting,
 /// executing, finishing, finished). The queue sets `starting` on the thread that calls `start()`, just
-/// before the call, so a `start()` that finds anything else came from someone else.
+/// before the call, so a `start()` that finds anything else came from someone else. Two more say what
+/// an operation depends on: `__dependencies`, every edge, the hidden ones on pending barriers included,
+/// and `__lock`, the lock that guards it.
 ///
-/// The two properties are found once, by name and type, with the standard library's reflection; their
-/// layout is then checked on a probe operation in a suspended queue (initialized, then enqueued).
-/// Reading them afterwards is two loads. Where they cannot be found or the check fails (Apple
+/// The properties are found once, by name and type, with the standard library's reflection; their
+/// layout is then checked on probe operations (one in a suspended queue, initialized then enqueued;
+/// one given a dependency). Reading the queue and the state afterwards is two loads. Where they cannot be found or the check fails (Apple
 /// platforms, whose Foundation keeps this in Objective-C; a future Foundation that renames them),
 /// `of(_:)` answers `nil`: unknown, and Baton behaves as if it could not see the queue.
 enum FoundationQueueState: Equatable {
@@ -73,6 +75,19 @@ enum FoundationQueueState: Equatable {
         #endif
     }
 
+    /// Every operation Foundation records `operation` as depending on, the pending barriers its queue
+    /// made it wait for included (`dependencies` leaves those out), read under Foundation's own lock
+    /// of `operation`, the one that guards the list; `nil` where Baton cannot read it (Apple
+    /// platforms). Never called under the operation's Baton lock: Foundation takes its locks in
+    /// `addDependency` before it reads `isReady`, which takes Baton's.
+    static func edges(of operation: Operation) -> [Operation]? {
+        #if canImport(Darwin)
+        return nil
+        #else
+        return Layout.shared?.edges(of: operation)
+        #endif
+    }
+
     /// The state of `operation`, or `nil` when Baton cannot read it on this platform.
     static func of(_ operation: Operation) -> FoundationQueueState? {
         #if canImport(Darwin)
@@ -88,6 +103,9 @@ enum FoundationQueueState: Equatable {
     private struct Layout: Sendable {
         let queueOffset: Int
         let stateOffset: Int
+        /// `__dependencies` (`[Operation]`) and `__lock` (the `NSLock` that guards it).
+        let dependenciesOffset: Int
+        let lockOffset: Int
 
         static let shared: Layout? = find()
 
@@ -116,6 +134,16 @@ enum FoundationQueueState: Equatable {
             }
         }
 
+        func edges(of operation: Operation) -> [Operation] {
+            withExtendedLifetime(operation) {
+                let base = UnsafeRawPointer(Unmanaged.passUnretained(operation).toOpaque())
+                let lock = base.load(fromByteOffset: lockOffset, as: Unmanaged<NSLock>.self).takeUnretainedValue()
+                lock.lock()
+                defer { lock.unlock() }
+                return base.load(fromByteOffset: dependenciesOffset, as: [Operation].self)
+            }
+        }
+
         /// The index of `operation`'s `__state` case: one load.
         func stateIndex(of operation: Operation) -> UInt8 {
             withExtendedLifetime(operation) {
@@ -127,6 +155,8 @@ enum FoundationQueueState: Equatable {
         private static func find() -> Layout? {
             var queueOffset: Int?
             var stateOffset: Int?
+            var dependenciesOffset: Int?
+            var lockOffset: Int?
             // `.classType` (a `static var`, which Swift 6 refuses to read) is bit 0.
             _ = _forEachField(of: Operation.self, options: _EachFieldOptions(rawValue: 1 << 0)) { name, offset, type, _ in
                 switch String(cString: name) {
@@ -134,13 +164,19 @@ enum FoundationQueueState: Equatable {
                     queueOffset = offset
                 case "__state" where Self.size(of: type) == 1:
                     stateOffset = offset
+                case "__dependencies" where type == [Operation].self:
+                    dependenciesOffset = offset
+                case "__lock" where type == NSLock.self:
+                    lockOffset = offset
                 default:
                     break
                 }
                 return true
             }
-            guard let queueOffset, let stateOffset else { return nil }
-            let layout = Layout(queueOffset: queueOffset, stateOffset: stateOffset)
+            guard let queueOffset, let stateOffset, let dependenciesOffset, let lockOffset else { return nil }
+            let layout = Layout(
+                queueOffset: queueOffset, stateOffset: stateOffset, dependenciesOffset: dependenciesOffset,
+                lockOffset: lockOffset)
             return layout.holds() ? layout : nil
         }
 
@@ -155,7 +191,13 @@ enum FoundationQueueState: Equatable {
         /// so waiting for a queue to run the probe could wait for ever.
         private func holds() -> Bool {
             let fresh = BlockOperation {}
-            guard state(of: fresh) == .none else { return false }
+            guard state(of: fresh) == .none, edges(of: fresh).isEmpty else { return false }
+            // A probe never started: Foundation's `removeDependency` leaves an unfinished dependency
+            // counted, so its `start()` would stop the process as not ready.
+            let dependent = BlockOperation {}
+            let dependency = BlockOperation {}
+            dependent.addDependency(dependency)
+            guard edges(of: dependent).count == 1, edges(of: dependent).first === dependency else { return false }
             fresh.start()
             guard state(of: fresh) == .past else { return false }
             let probe = BlockOperation {}
@@ -169,4 +211,9 @@ enum FoundationQueueState: Equatable {
         }
     }
     #endif
+}
+
+extension OperationQueue {
+    /// Whether the queue runs any number of operations at once (the main queue runs one).
+    var hasNoWidthLimit: Bool { maxConcurrentOperationCount == OperationQueue.defaultMaxConcurrentOperationCount }
 }

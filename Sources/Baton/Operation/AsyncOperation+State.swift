@@ -34,10 +34,6 @@ extension AsyncOperation {
         /// or while it started): the finish removes the edges to unfinished dependencies, as it does for
         /// an operation that started while not ready.
         var dropsLateDependencies = false
-        /// An edge to an unfinished dependency was recorded once the queue had dispatched the operation:
-        /// the queue's start does not wait for it (Foundation runs a dispatched operation regardless, and
-        /// the dependency may need what this one holds); see `Lifecycle.StartAction.park`.
-        var dependencyAddedAfterDispatch = false
         /// The outcome was decided, so the finish has chosen whether to remove edges: an `addDependency`
         /// that completes from now on removes its own edge (Linux Foundation would keep the operation in
         /// that dependency as an unretained pointer after it is freed).
@@ -326,9 +322,12 @@ extension AsyncOperation {
     /// lock, the one its finish walks its dependents under, so after this call no dependency can
     /// reach this operation. "Unfinished" is Foundation's: a dependency reads `isFinished` before its
     /// finish has walked its dependents, and an edge skipped then was followed after this operation
-    /// was freed (the start-race hammer of `LateDependencyTests` crashed in 4 of 10 runs).
+    /// was freed (the start-race hammer of `LateDependencyTests` crashed in 4 of 10 runs). The edges are
+    /// Foundation's own list where Baton can read it: `dependencies` leaves out the pending barriers a
+    /// queue made the operation wait for, and an operation its queue started on a stale readiness
+    /// without waiting for them (a queue with a width limit: see `start()`) finishes before they do.
     private func dropUnfinishedDependencies() {
-        let dependencies = self.dependencies
+        let dependencies = FoundationQueueState.edges(of: self) ?? self.dependencies
         guard !dependencies.isEmpty else { return }
         for dependency in dependencies where !FoundationQueueState.hasWalkedDependents(dependency) {
             removeDependency(dependency)

@@ -164,12 +164,15 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     /// reports ``Diagnostic/Kind/startedWhileInQueue`` and does nothing: the queue starts it. Started
     /// before its dependencies finished, it reports ``Diagnostic/Kind/startedWhileNotReady`` and runs.
     ///
-    /// Started by its queue while a dependency that was there when the queue dispatched it (a pending
-    /// barrier's too) has not finished, it waits, without executing or finishing, until Foundation
-    /// counts no unfinished dependency, then starts where the queue would have run it. Linux's queue can
-    /// start an operation on a stale cached readiness when `addDependency` races `addOperation`. It
-    /// keeps the queue's worker slot meanwhile. A dependency added once the queue had dispatched it does
-    /// not hold it back, nor does any while it holds a category.
+    /// Started by its queue while a dependency (a pending barrier's too) has not finished, it waits,
+    /// without executing or finishing, until Foundation counts no unfinished dependency (one added
+    /// meanwhile included), then starts where the queue would have run it. Linux's queue can start an
+    /// operation on a stale cached readiness when `addDependency` races `addOperation`. It keeps the
+    /// queue's worker slot meanwhile, so it waits only in a queue without a width limit: in one with a
+    /// limit (a serial queue, the main queue), that slot may be the one the dependency, or an operation
+    /// ahead of the barrier, needs. There, and while it holds a category, it runs as Foundation would
+    /// run it, reporting ``Diagnostic/Kind/startedWhileNotReady``, and its edges to the unfinished
+    /// dependencies (the barrier's included) are removed when it finishes.
     public final override func start() {
         begin(resuming: false)
     }
@@ -209,8 +212,14 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         let verdict = dependencyVerdict(policy, of: dependencies)
         let ready = isReady
         // Started by its queue while Foundation still counts an unfinished dependency (a stale cached
-        // readiness): it waits for them (read only when `isReady` said no, so never on the usual path).
-        let unfinished = !ready && (resuming || caller.foundation == .starting) && !super.isReady
+        // readiness): it waits for them, in a queue without a width limit (read only when `isReady`
+        // said no, so never on the usual path). Waiting keeps the worker slot the queue took for it,
+        // and in a queue with a limit that slot may be the one the dependency (or the operations ahead
+        // of a pending barrier) needs: there it runs now, as Foundation's own start would, and its
+        // edges, the barrier's included, are removed when it finishes.
+        let unfinished =
+            !ready && (resuming || caller.foundation == .starting) && !super.isReady
+            && FoundationQueueState.queue(of: self)?.hasNoWidthLimit == true
 
         enum Decision {
             case refuse(Diagnostic.Kind)
@@ -223,12 +232,10 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             let skip = verdict ?? preflightFailure(state).map { SharedOutcome.failed($0) }
             var facts = Life.StartFacts(caller: caller, skip: skip, ready: ready)
             facts.admitted = state.gate?.admission.isPassed ?? true
-            // Only edges that were there when the queue dispatched it (one added since is late), and
-            // only while it holds no category: waiting, it would hold one while a dependency that may
-            // need it runs. Either way it runs now, as Foundation's start would, and its edges to
-            // unfinished dependencies are removed when it finishes.
-            facts.dependenciesUnfinished =
-                unfinished && !state.dependencyAddedAfterDispatch && (state.gate?.held.isEmpty ?? true)
+            // Only while it holds no category: waiting, it would hold one while a dependency that may
+            // need it runs. Then it runs now, as Foundation's start would, and its edges to unfinished
+            // dependencies are removed when it finishes.
+            facts.dependenciesUnfinished = unfinished && (state.gate?.held.isEmpty ?? true)
             facts.resumesPark = resuming
             switch state.life.start(facts) {
             case .refuse(let kind):
@@ -468,24 +475,21 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         }
         super.addDependency(operation)
         // Read after Foundation recorded the edge: an edge to an unfinished dependency of an operation
-        // its queue has dispatched is late, and a start put off for its dependencies goes ahead.
+        // its queue has dispatched is late. (A start the queue made too early, waiting for its
+        // dependencies, waits for this one too: it goes on when Foundation counts none unfinished.)
         let late = FoundationQueueState.isDispatched(self) == true && !FoundationQueueState.hasWalkedDependents(operation)
         // One lock step decides who removes a late edge: the finish, if its outcome is not decided yet
         // (it reads the dependencies after this), or this call, if it is.
-        let (removesItsOwnEdge, resumes): (Bool, Bool) = core.withLock { state in
+        let removesItsOwnEdge: Bool = core.withLock { state in
             state.dependencyAdds &+= 1
-            if state.dependencyEdgesSealed { return (true, false) }
-            if !state.life.isPending { state.dropsLateDependencies = true }
-            guard late else { return (false, false) }
-            state.dependencyAddedAfterDispatch = true
-            state.dropsLateDependencies = true
-            return (false, state.life.resumePark())
+            if state.dependencyEdgesSealed { return true }
+            if !state.life.isPending || late { state.dropsLateDependencies = true }
+            return false
         }
         if removesItsOwnEdge {
             removeOwnLateEdge(to: operation)
             return
         }
-        if resumes { sendResumedStart() }
         gateNoteDependency(operation)
     }
 

@@ -215,10 +215,11 @@ struct Lifecycle<Result: LifecycleOutcome> {
         /// Still pending: its queue started it while Foundation still counted an unfinished dependency
         /// (Linux's queue caches readiness in two steps, a read and a store, so a read made before a
         /// barrier's or a dependency's edge can be stored after it, and the queue starts the operation
-        /// on it). It neither executes nor finishes until its dependencies have finished, and keeps the
-        /// queue's worker slot meanwhile (Foundation frees a slot only when the operation finishes):
-        /// the shell resumes the start (`resumePark`) when Foundation's count reaches zero, which
-        /// Foundation tells it by reading `isReady`.
+        /// on it). It neither executes nor finishes until its dependencies have finished (those added
+        /// meanwhile too), and keeps the queue's worker slot meanwhile (Foundation frees a slot only
+        /// when the operation finishes): the shell resumes the start (`resumePark`) when Foundation's
+        /// count reaches zero, which Foundation tells it by reading `isReady`. The shell parks only in
+        /// a queue without a width limit, where the slot it keeps cannot be one that a dependency needs.
         case park
     }
 

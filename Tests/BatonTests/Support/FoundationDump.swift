@@ -44,18 +44,25 @@ enum FoundationDump {
                 break
             }
         }
-        // Every operation the queue still lists, barriers included.
-        var listed: [String] = []
+        let listed = listed(in: queue).map { "\(type(of: $0)) \(of($0))" }
+        return parts.joined(separator: " ") + "\n  listed:\n    " + listed.joined(separator: "\n    ")
+    }
+
+    /// Every operation `queue` still lists, barriers included (read without the queue's lock: for a
+    /// queue that nothing changes meanwhile).
+    static func listed(in queue: OperationQueue) -> [Operation] {
+        guard let mirror = levelMirror(queue, named: "OperationQueue") else { return [] }
+        var listed: [Operation] = []
         for child in mirror.children where child.label == "__firstOperation" {
             var next = child.value as? Unmanaged<Operation>
             while let current = next?.takeUnretainedValue() {
-                listed.append("\(type(of: current)) \(of(current))")
+                listed.append(current)
                 next =
                     levelMirror(current, named: "Operation")?.children
                     .first { $0.label == "__nextOperation" }?.value as? Unmanaged<Operation>
             }
         }
-        return parts.joined(separator: " ") + "\n  listed:\n    " + listed.joined(separator: "\n    ")
+        return listed
     }
 
     private static func levelMirror(_ object: AnyObject, named name: String) -> Mirror? {
