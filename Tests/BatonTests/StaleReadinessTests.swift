@@ -269,6 +269,45 @@ final class StaleReadinessTests: BatonTestCase {
         #endif
     }
 
+    /// A limit set on the queue while a start waits would leave the pending barrier no slot (the
+    /// waiting start keeps one): the start notices and runs, as in a queue that had the limit from the
+    /// start (an independent review's finding; the queue hung for good).
+    func testAWidthLimitSetWhileAStartWaitsLetsItRun() throws {
+        #if canImport(Darwin)
+        throw XCTSkip("Apple's Foundation keeps no record Baton can read, and its queue reads readiness through KVO")
+        #else
+        for aheadStarted in [true, false] {
+            let queue = OperationQueue()
+            let release = DispatchSemaphore(value: 0)
+            let started = Gate()
+            let external = BlockOperation {}
+            let ahead = BlockOperation {
+                started.open()
+                _ = release.wait(timeout: .now() + testTimeout)
+            }
+            if !aheadStarted { ahead.addDependency(external) }
+            queue.addOperation(ahead)
+            if aheadStarted { started.wait() }
+            let barrierRan = Locked(false)
+            queue.addBarrierBlock { barrierRan.mutate { $0 = true } }
+            let operation = StaleReadinessOperation()
+            queue.addOperation(operation)
+            operation.announceStaleReadiness()
+            XCTAssertTrue(eventually { operation.parkedOrRan }, "the queue never started it")
+            XCTAssertEqual(operation.executions.value, 0)
+            queue.maxConcurrentOperationCount = 1
+            waitFinished(operation)
+            XCTAssertEqual(operation.executions.value, 1, "ahead started \(aheadStarted)")
+            XCTAssertEqual(diagnostics.kinds(for: operation), [.startedWhileNotReady], "ahead started \(aheadStarted)")
+            XCTAssertFalse(barrierRan.value)
+            if !aheadStarted { external.start() }
+            release.signal()
+            XCTAssertTrue(eventually { barrierRan.value }, "ahead started \(aheadStarted): \(FoundationDump.of(queue))")
+            drain(queue)
+        }
+        #endif
+    }
+
     /// The race itself, as users meet it: an operation behind a pending barrier, added to the queue
     /// while two threads make it depend on a finished operation, a third reads `isReady` and a fourth
     /// may cancel it (with and without a category, whose gate reads readiness too). Whoever wins, it

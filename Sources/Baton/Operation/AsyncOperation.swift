@@ -267,7 +267,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         case .park:
             // The last dependency may have finished before the park was recorded, its `isReady` read
             // finding nothing parked: read the count again now that it is.
-            if super.isReady { resumeParkedStart() }
+            if super.isReady { resumeParkedStart() } else { watchParkedQueueWidth() }
         case .admit(let action):
             perform(action)
         case .finish(let telling):
@@ -303,6 +303,25 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
     private func resumeParkedStart() {
         guard core.withLock({ $0.life.resumePark() }) else { return }
         sendResumedStart()
+    }
+
+    /// A parked start keeps its queue's worker slot, which is safe only while the queue has no width
+    /// limit, and Foundation tells nobody when a limit is set: a limit set now, at or below the number
+    /// of parked starts, would leave the pending barrier (or the dependency) they wait for no slot, for
+    /// good (an independent review hung a queue so). So while it is parked the start looks every
+    /// 100 ms, and once its queue has a limit it is resumed: the resumed start runs it then, as it
+    /// runs a start in a queue with a limit. Parks are rare and short; the look costs a timer.
+    private func watchParkedQueueWidth() {
+        Deadlines.after(.milliseconds(100)) { [weak self] in
+            guard let self else { return }
+            // The queue is read while the start is parked, under the lock: a parked start neither
+            // executes nor finishes, so Foundation holds the queue (retained) until it is resumed.
+            let queue: OperationQueue? = self.core.withLock { state in
+                state.life.isParked ? FoundationQueueState.queue(of: self) : nil
+            }
+            guard let queue else { return }
+            if queue.hasNoWidthLimit { self.watchParkedQueueWidth() } else { self.resumeParkedStart() }
+        }
     }
 
     /// Sends the start that `resumePark` decided on to where the queue would have run it.
