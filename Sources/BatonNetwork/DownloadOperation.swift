@@ -25,9 +25,10 @@ public struct DownloadedFile: Sendable {
 
 /// Streams a response's body to a file: memory stays bounded whatever the size, and the destination
 /// is written only once the whole body has arrived (replacing any file there), so a failed or
-/// cancelled download leaves no partial file at the destination. On Linux, Foundation's own copy of
-/// a body cancelled before it is whole (`<UUID>.tmp` in the temporary folder) stays there: Foundation
-/// never says its name, so it cannot be removed.
+/// cancelled download leaves no partial file at the destination, and no copy of the body behind: on
+/// Linux, Foundation writes the body to `<UUID>.tmp` in the temporary folder and removes it on no
+/// path, so Baton removes it when the download ends without it (cancelled, timed out, refused, cut
+/// short), as Apple's Foundation does.
 ///
 /// ```swift
 /// let download = HTTPClient.shared.download(URLRequest(url: url), to: destination)
@@ -47,6 +48,11 @@ public final class DownloadOperation: HTTPOperation<DownloadedFile>, ProgressRep
     /// Whether the transfer reports each chunk it writes, so that ``progress`` follows it on every platform.
     public let reportsProgress: Bool
     private let counts = Mutex((received: Int64(0), expected: Int64(-1)))
+    /// The object that loads the task on Linux, taken as the task resumes: its temporary file is
+    /// removed when the task ends without handing it over (see `FoundationBodyFile`).
+    private let loader = Mutex<AnyObject?>(nil)
+    /// The file of Foundation's that the end removed, if any (for tests).
+    let removedBodyFile = Mutex<URL?>(nil)
 
     init(_ request: URLRequest?, to destination: URL, reportsProgress: Bool, client: HTTPClient) {
         self.destination = destination
@@ -81,6 +87,11 @@ public final class DownloadOperation: HTTPOperation<DownloadedFile>, ProgressRep
         }
     }
 
+    override func resumed(_ task: URLSessionTask) {
+        guard let found = FoundationBodyFile.loader(of: task) else { return }
+        loader.withLock { $0 = found }
+    }
+
     /// The transfer has written `received` bytes of `expected` (-1 when unknown).
     func wrote(_ received: Int64, of expected: Int64) {
         counts.withLock { $0 = (received, expected) }
@@ -96,7 +107,17 @@ public final class DownloadOperation: HTTPOperation<DownloadedFile>, ProgressRep
     /// removed when there was none.
     func complete(_ request: URLRequest, location: URL?, response: URLResponse?, error: (any Error)?) {
         // A body that is not moved into place (an error status, a cancellation, a failed move) is
-        // removed here: Apple's Foundation removes it once this returns, Linux's never does.
+        // removed here: Apple's Foundation removes it once this returns, Linux's never does. Without
+        // a location, Linux's may still have made one, which it names nowhere but in its loader: it
+        // is removed before the operation can end.
+        let loader = loader.withLock { loader in
+            defer { loader = nil }
+            return loader
+        }
+        if location == nil, let loader, let made = FoundationBodyFile.file(of: loader) {
+            unlink(made.path)
+            removedBodyFile.withLock { $0 = made }
+        }
         defer { if let location { unlink(location.path) } }
         // The status is checked before the file is placed: a 404's body never reaches the destination.
         let verdict = verdict(for: request, response: response, error: error) {

@@ -107,7 +107,12 @@ public class HTTPOperation<Output: Sendable>: TransformOperation<URLRequest, Out
         // the task stored here, and one that came before start never executes the operation.
         transfer.withLock { $0.task = task }
         task.resume()
+        resumed(task)
     }
+
+    /// The task has just been resumed. Subclasses override (a download takes what it needs to clean
+    /// up after Foundation).
+    func resumed(_ task: URLSessionTask) {}
 
     /// The operation holds the claim of the host it sends to. A request stored from another thread as
     /// the operation started may be in the input while its claim was refused (the gate had begun):

@@ -1,0 +1,111 @@
+import Baton
+import Foundation
+import XCTest
+
+@testable import BatonNetwork
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Linux's FoundationNetworking writes every download's body to `<UUID>.tmp` in the temporary folder
+/// and removes it on no path: a download that ended without its body (cancelled, timed out, cut short,
+/// refused) left the file behind, an empty one even when nothing arrived. A run of the test suite left
+/// about 70 of them. The download removes it now; each test checks that Foundation made one (so the
+/// check could fail) and that it is gone.
+final class FoundationBodyFileTests: NetworkTestCase, @unchecked Sendable {
+    private func destination() -> URL {
+        FileManager.default.temporaryDirectory.appendingPathComponent("baton-body-file-\(UUID().uuidString)")
+    }
+
+    /// `whenTheTaskEnds`: the operation ended first (its timeout), and the task ends after it.
+    private func assertFoundationsFileIsGone(
+        _ download: DownloadOperation, whenTheTaskEnds: Bool = false, file: StaticString = #filePath, line: UInt = #line
+    ) {
+        if whenTheTaskEnds { _ = eventually { download.removedBodyFile.withLock { $0 } != nil } }
+        guard let made = download.removedBodyFile.withLock({ $0 }) else {
+            return XCTFail("no file of Foundation's was found for the download", file: file, line: line)
+        }
+        XCTAssertTrue(made.lastPathComponent.hasSuffix(".tmp"), "\(made)", file: file, line: line)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: made.path), "\(made) is still there", file: file, line: line)
+    }
+
+    func testACancelledDownloadLeavesNoFileOfFoundations() throws {
+        #if canImport(Darwin)
+        throw XCTSkip("Apple's Foundation removes its own file")
+        #else
+        let key = key()
+        let download = client.download(
+            server.request("/slow-body?bytes=100000&chunk=1000&interval_ms=50&key=\(key)"), to: destination())
+        OperationQueue().addOperation(download)
+        XCTAssertEqual(try server.awaitStats(key, requests: 1).requests, 1)
+        download.cancel()
+        XCTAssertEqual(try finished(download).isCancelled, true)
+        assertFoundationsFileIsGone(download)
+        #endif
+    }
+
+    func testADownloadCutShortOrTimedOutLeavesNoFileOfFoundations() throws {
+        #if canImport(Darwin)
+        throw XCTSkip("Apple's Foundation removes its own file")
+        #else
+        let cut = client.download(server.request("/drop?bytes=1000000&after=50000"), to: destination())
+        guard case .failed(NetworkError.transport) = try cut.runForOutcome(timeout: testTimeout) else {
+            return XCTFail("\(String(describing: cut.outcome))")
+        }
+        assertFoundationsFileIsGone(cut)
+        var request = server.request("/slow-body?bytes=10000&chunk=100&interval_ms=50&key=\(key())")
+        request.timeoutInterval = 10
+        let timed = client.download(request, to: destination())
+        timed.timeout = .milliseconds(300)
+        guard case .failed(BatonError.timedOut) = try timed.runForOutcome(timeout: testTimeout) else {
+            return XCTFail("\(String(describing: timed.outcome))")
+        }
+        assertFoundationsFileIsGone(timed, whenTheTaskEnds: true)
+        #endif
+    }
+
+    func testARefusedDownloadLeavesNoFileOfFoundations() throws {
+        #if !canImport(Glibc)
+        throw XCTSkip("Apple's Foundation removes its own file")
+        #else
+        // A port nobody listens on: one the system gave a socket that is then closed.
+        let port = try closedPort()
+        let refused = client.download(URLRequest(url: URL(string: "http://127.0.0.1:\(port)/x")!), to: destination())
+        guard case .failed = try refused.runForOutcome(timeout: testTimeout) else {
+            return XCTFail("\(String(describing: refused.outcome))")
+        }
+        assertFoundationsFileIsGone(refused)
+        #endif
+    }
+
+    func testASuccessfulDownloadKeepsItsBodyAndRemovesNothing() throws {
+        let target = destination()
+        let download = client.download(server.request("/bytes?n=3000"), to: target)
+        let file = try download.run(timeout: testTimeout)
+        XCTAssertEqual(try Data(contentsOf: file.url).count, 3000)
+        XCTAssertNil(download.removedBodyFile.withLock { $0 })
+        try? FileManager.default.removeItem(at: target)
+    }
+
+    #if canImport(Glibc)
+    /// A loopback port that was free a moment ago: bound, read back and closed.
+    private func closedPort() throws -> UInt16 {
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard socket >= 0 else { throw XCTSkip("no socket") }
+        defer { close(socket) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
+                bind(socket, raw, length) == 0 && getsockname(socket, raw, &length) == 0
+            }
+        }
+        guard bound else { throw XCTSkip("no port") }
+        return UInt16(bigEndian: address.sin_port)
+    }
+    #endif
+}
