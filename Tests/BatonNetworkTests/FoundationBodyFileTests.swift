@@ -88,6 +88,25 @@ final class FoundationBodyFileTests: NetworkTestCase, @unchecked Sendable {
         try? FileManager.default.removeItem(at: target)
     }
 
+    /// A protocol class of the user's that keeps a file of its own under the name Foundation's uses:
+    /// a download it fails must leave that file alone (an independent review's test: the first
+    /// version of the removal looked for the name in any class, and removed the user's file).
+    func testAProtocolOfTheUsersKeepsItsOwnFile() throws {
+        let fixture = FileManager.default.temporaryDirectory.appendingPathComponent("baton-user-fixture-\(UUID().uuidString)")
+        XCTAssertTrue(FileManager.default.createFile(atPath: fixture.path, contents: Data("precious".utf8)))
+        defer { try? FileManager.default.removeItem(at: fixture) }
+        UsersProtocol.fixture.withLock { $0 = fixture }
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.protocolClasses = [UsersProtocol.self]
+        let client = HTTPClient(configuration: configuration)
+        let download = client.download(URLRequest(url: URL(string: "http://users-protocol.invalid/x")!), to: destination())
+        guard case .failed = try download.runForOutcome(timeout: testTimeout) else {
+            return XCTFail("\(String(describing: download.outcome))")
+        }
+        XCTAssertTrue(FileManager.default.fileExists(atPath: fixture.path), "the user's file was removed")
+        XCTAssertNil(download.removedBodyFile.withLock { $0 })
+    }
+
     #if canImport(Glibc)
     /// A loopback port that was free a moment ago: bound, read back and closed.
     private func closedPort() throws -> UInt16 {
@@ -108,4 +127,20 @@ final class FoundationBodyFileTests: NetworkTestCase, @unchecked Sendable {
         return UInt16(bigEndian: address.sin_port)
     }
     #endif
+}
+
+/// A protocol of the user's whose lazy `tempFileURL` names a file of the user's; every load fails.
+private final class UsersProtocol: URLProtocol {
+    static let fixture = Mutex<URL?>(nil)
+    lazy var tempFileURL: URL = UsersProtocol.fixture.withLock { $0! }
+
+    override class func canInit(with request: URLRequest) -> Bool { request.url?.host == "users-protocol.invalid" }
+    override class func canonicalRequest(for request: URLRequest) -> URLRequest { request }
+
+    override func startLoading() {
+        _ = tempFileURL
+        client?.urlProtocol(self, didFailWithError: URLError(.cannotConnectToHost))
+    }
+
+    override func stopLoading() {}
 }
