@@ -110,13 +110,12 @@ public final class DownloadOperation: HTTPOperation<DownloadedFile>, ProgressRep
         // removed here: Apple's Foundation removes it once this returns, Linux's never does. Without
         // a location, Linux's may still have made one, which it names nowhere but in its loader: it
         // is removed before the operation can end.
-        // Taken as the task resumed; or, for a task that ended before that look, now, while the task
-        // may not have let go of it yet.
-        let loader =
-            loader.withLock { loader in
-                defer { loader = nil }
-                return loader
-            } ?? (location == nil ? task.flatMap(FoundationBodyFile.loader(of:)) : nil)
+        // Taken as the task resumed. (A task that ended before that look has let go of it: Foundation
+        // drops it in the step that hands the end to the session's queue, before this runs.)
+        let loader = loader.withLock { loader in
+            defer { loader = nil }
+            return loader
+        }
         if location == nil, let loader, let made = FoundationBodyFile.file(of: loader) {
             unlink(made.path)
             removedBodyFile.withLock { $0 = made }
