@@ -32,29 +32,7 @@ final class ReadinessReadOrderAttackTests: BatonTestCase {
             }
             try claimant.addExclusivity(x)
             let cancels = random.next(4) == 0
-            let spins = (0..<5).map { _ in random.next(3000) }
-            let line = StartingLine()
-            line.thread {
-                spinRounds(spins[0])
-                queue.addOperation(claimant)
-            }
-            for adder in 1...2 {
-                line.thread {
-                    spinRounds(spins[adder])
-                    claimant.addDependency(finishedDependency)
-                }
-            }
-            line.thread {
-                spinRounds(spins[3])
-                for _ in 0..<50 { _ = claimant.isReady }
-            }
-            if cancels {
-                line.thread {
-                    spinRounds(spins[4])
-                    claimant.cancel()
-                }
-            }
-            XCTAssertTrue(line.release(timeout: 30))
+            raceAdding(claimant, to: queue, dependingOn: finishedDependency, cancels: cancels, &random)
             release.signal()
             if !eventually(timeout: 10, { claimant.isFinished }) {
                 failures.append(

@@ -115,10 +115,7 @@ final class StaleReadinessTests: BatonTestCase {
         XCTAssertEqual(operation.executions.value, 0, "it executed before its dependency finished")
         // The dependency finishes on a thread of its own; its last act is to have Foundation read
         // the dependent's `isReady`, which resumes the start.
-        OperationQueue().addOperation(dependency)
-        dependency.started.wait()
-        dependencyFinished.mutate { $0 = true }
-        dependency.finish(with: 1)
+        finishOnAQueue(dependency, marking: dependencyFinished)
         waitFinished(operation)
         XCTAssertEqual(operation.executions.value, 1)
         XCTAssertEqual(ranAfterTheDependency.value, true)
@@ -211,10 +208,7 @@ final class StaleReadinessTests: BatonTestCase {
         // A moment's look: released by the barrier alone, it would run now.
         _ = eventually(timeout: 0.05) { operation.isFinished }
         XCTAssertEqual(operation.executions.value, 0, "it ran before its late dependency finished")
-        OperationQueue().addOperation(dependency)
-        dependency.started.wait()
-        dependencyFinished.mutate { $0 = true }
-        dependency.finish(with: 1)
+        finishOnAQueue(dependency, marking: dependencyFinished)
         waitFinished(operation)
         XCTAssertEqual(operation.executions.value, 1)
         XCTAssertEqual(ranAfter.value, [true, true])
@@ -329,29 +323,7 @@ final class StaleReadinessTests: BatonTestCase {
                 try operation.addExclusivity(OperationCategory("X", in: ExclusivityScope("stale-readiness-\(trial)")))
             }
             let cancels = random.next(4) == 0
-            let spins = (0..<5).map { _ in random.next(3000) }
-            let line = StartingLine()
-            line.thread {
-                spinRounds(spins[0])
-                queue.addOperation(operation)
-            }
-            for adder in 1...2 {
-                line.thread {
-                    spinRounds(spins[adder])
-                    operation.addDependency(finishedDependency)
-                }
-            }
-            line.thread {
-                spinRounds(spins[3])
-                for _ in 0..<50 { _ = operation.isReady }
-            }
-            if cancels {
-                line.thread {
-                    spinRounds(spins[4])
-                    operation.cancel()
-                }
-            }
-            XCTAssertTrue(line.release(timeout: testTimeout))
+            raceAdding(operation, to: queue, dependingOn: finishedDependency, cancels: cancels, &random)
             // A start the queue made too early ends (or not) at once: a moment's look sees it.
             if eventually(timeout: 0.002, { operation.isFinished }) {
                 failures.append(
@@ -390,29 +362,7 @@ final class StaleReadinessTests: BatonTestCase {
                 try operation.addExclusivity(OperationCategory("X", in: ExclusivityScope("stale-readiness-width-\(trial)")))
             }
             let cancels = random.next(4) == 0
-            let spins = (0..<5).map { _ in random.next(3000) }
-            let line = StartingLine()
-            line.thread {
-                spinRounds(spins[0])
-                queue.addOperation(operation)
-            }
-            for adder in 1...2 {
-                line.thread {
-                    spinRounds(spins[adder])
-                    operation.addDependency(finishedDependency)
-                }
-            }
-            line.thread {
-                spinRounds(spins[3])
-                for _ in 0..<50 { _ = operation.isReady }
-            }
-            if cancels {
-                line.thread {
-                    spinRounds(spins[4])
-                    operation.cancel()
-                }
-            }
-            XCTAssertTrue(line.release(timeout: testTimeout))
+            raceAdding(operation, to: queue, dependingOn: finishedDependency, cancels: cancels, &random)
             if eventually(timeout: 0.002, { operation.isFinished }) {
                 waitFinished(operation)
                 endedFirst += 1
@@ -430,5 +380,14 @@ final class StaleReadinessTests: BatonTestCase {
             if failures.count > 5 { break }
         }
         XCTAssertEqual(failures, [], "\(endedFirst) of \(trials) ended before the barrier")
+    }
+
+    /// Runs `dependency` on a queue of its own and finishes it there, `finished` set just before: its
+    /// finish's last act is to have Foundation read its dependents' `isReady`.
+    private func finishOnAQueue(_ dependency: ManualOperation, marking finished: Locked<Bool>) {
+        OperationQueue().addOperation(dependency)
+        dependency.started.wait()
+        finished.mutate { $0 = true }
+        dependency.finish(with: 1)
     }
 }
