@@ -289,6 +289,10 @@ final class StaleReadinessTests: BatonTestCase {
             operation.announceStaleReadiness()
             XCTAssertTrue(eventually { operation.parkedOrRan }, "the queue never started it")
             XCTAssertEqual(operation.executions.value, 0)
+            // A limit Linux's queue counts as none changes nothing.
+            queue.maxConcurrentOperationCount = .max
+            _ = eventually(timeout: 0.25) { operation.isFinished }
+            XCTAssertEqual(operation.executions.value, 0, "a limit of Int.max let it run before the barrier")
             queue.maxConcurrentOperationCount = 1
             waitFinished(operation)
             XCTAssertEqual(operation.executions.value, 1, "ahead started \(aheadStarted)")

@@ -214,6 +214,11 @@ enum FoundationQueueState: Equatable {
 }
 
 extension OperationQueue {
-    /// Whether the queue runs any number of operations at once (the main queue runs one).
-    var hasNoWidthLimit: Bool { maxConcurrentOperationCount == OperationQueue.defaultMaxConcurrentOperationCount }
+    /// Whether the queue runs any number of operations at once (the main queue runs one). Linux's
+    /// queue counts a limit of `Int32.max` or more as none (it keeps the limit as an `Int32`, and the
+    /// default, -1, as `Int32.max`).
+    var hasNoWidthLimit: Bool {
+        let limit = maxConcurrentOperationCount
+        return limit == OperationQueue.defaultMaxConcurrentOperationCount || limit >= Int(Int32.max)
+    }
 }
