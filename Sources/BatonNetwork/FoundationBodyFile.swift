@@ -2,7 +2,6 @@ import Baton
 import Foundation
 
 #if canImport(FoundationNetworking)
-@_spi(Reflection) import Swift
 import FoundationNetworking
 #endif
 
@@ -54,72 +53,43 @@ enum FoundationBodyFile {
         let storageType: Any.Type
 
         static let shared: TaskLayout? = {
-            var lockOffset: Int?
-            var storage: (Int, Any.Type)?
-            // `.classType` (a `static var`, which Swift 6 refuses to read) is bit 0.
-            _ = _forEachField(of: URLSessionTask.self, options: _EachFieldOptions(rawValue: 1 << 0)) { name, offset, type, _ in
-                switch String(cString: name) {
-                case "_protocolLock" where type == NSLock.self: lockOffset = offset
-                case "_protocolStorage": storage = (offset, type)
-                default: break
-                }
-                return true
-            }
-            guard let lockOffset, let storage else { return nil }
-            return TaskLayout(lockOffset: lockOffset, storageOffset: storage.0, storageType: storage.1)
+            let fields = ForeignFields.declared(by: URLSessionTask.self)
+            guard let lock = fields["_protocolLock"], lock.type == NSLock.self, let storage = fields["_protocolStorage"]
+            else { return nil }
+            return TaskLayout(lockOffset: lock.offset, storageOffset: storage.offset, storageType: storage.type)
         }()
 
         func loader(of task: URLSessionTask) -> AnyObject? {
-            withExtendedLifetime(task) {
-                let base = UnsafeRawPointer(Unmanaged.passUnretained(task).toOpaque())
-                let lock = base.load(fromByteOffset: lockOffset, as: Unmanaged<NSLock>.self).takeUnretainedValue()
-                func copy<T>(_: T.Type) -> Any { base.load(fromByteOffset: storageOffset, as: T.self) }
-                lock.lock()
-                let storage = _openExistential(storageType, do: copy)
-                lock.unlock()
-                // The enum's case that holds the object is `existing(URLProtocol)`.
-                guard let held = Mirror(reflecting: storage).children.first, held.label == "existing" else { return nil }
-                return held.value as? URLProtocol
-            }
+            // The enum's type is Foundation's own (file-private there): opened, to copy it under the lock.
+            func copy<T>(_: T.Type) -> Any { ForeignFields.load(T.self, at: storageOffset, of: task, lockedBy: lockOffset) }
+            let storage = _openExistential(storageType, do: copy)
+            // The enum's case that holds the object is `existing(URLProtocol)`.
+            guard let held = Mirror(reflecting: storage).children.first, held.label == "existing" else { return nil }
+            return held.value as? URLProtocol
         }
     }
 
-    /// The lazy `tempFileURL` of the protocol object's `_NativeProtocol` level.
-    private enum LoaderLayout {
-        private static let storageName = "$__lazy_storage_$_tempFileURL"
+    /// The lazy `tempFileURL` of Foundation's `_NativeProtocol`, the class every download's loader
+    /// descends from. Only that class is read: a protocol class of the user's with a lazy
+    /// `tempFileURL` of its own names a file of the user's (an independent review's test had one
+    /// removed).
+    private struct LoaderLayout: Sendable {
+        let native: ObjectIdentifier
+        let fileOffset: Int
 
-        /// Offsets by the protocol object's class: HTTP's, and any other that loads a download.
-        private static let offsets = Mutex([ObjectIdentifier: Int?]())
+        static let shared: LoaderLayout? = {
+            guard let native = _typeByName("FoundationNetworking._NativeProtocol") as? AnyClass,
+                let file = ForeignFields.declared(by: native)["$__lazy_storage_$_tempFileURL"], file.type == URL?.self
+            else { return nil }
+            return LoaderLayout(native: ObjectIdentifier(native), fileOffset: file.offset)
+        }()
 
         static func file(of loader: AnyObject) -> URL? {
-            let type: AnyClass = Swift.type(of: loader)
-            let known = offsets.withLock { $0[ObjectIdentifier(type)] }
-            let offset = known ?? find(in: type)
-            if known == nil { offsets.withLock { $0[ObjectIdentifier(type)] = .some(offset) } }
-            guard let offset else { return nil }
-            return withExtendedLifetime(loader) {
-                UnsafeRawPointer(Unmanaged.passUnretained(loader).toOpaque()).load(fromByteOffset: offset, as: URL?.self)
-            }
-        }
-
-        /// Foundation's own class: a protocol class of the user's with a lazy `tempFileURL` of its own
-        /// names a file of the user's (an independent review's test had one removed).
-        private static let nativeLevel = "FoundationNetworking._NativeProtocol"
-
-        /// The offset of the lazy name in an object of `type`, found at Foundation's `_NativeProtocol`
-        /// level of it; `nil` when `type` does not descend from it.
-        private static func find(in type: AnyClass) -> Int? {
-            var level: AnyClass? = type
-            while let current = level, _typeName(current, qualified: true) != nativeLevel {
-                level = _getSuperclass(current)
-            }
-            guard let native = level else { return nil }
-            var found: Int?
-            _ = _forEachField(of: native, options: _EachFieldOptions(rawValue: 1 << 0)) { name, offset, fieldType, _ in
-                if String(cString: name) == storageName, fieldType == URL?.self { found = offset }
-                return found == nil
-            }
-            return found
+            guard let layout = shared else { return nil }
+            var level: AnyClass? = type(of: loader)
+            while let current = level, ObjectIdentifier(current) != layout.native { level = _getSuperclass(current) }
+            guard level != nil else { return nil }
+            return ForeignFields.load(URL?.self, at: layout.fileOffset, of: loader)
         }
     }
     #endif

@@ -1,10 +1,6 @@
 import Dispatch
 import Foundation
 
-#if !canImport(Darwin)
-@_spi(Reflection) import Swift
-#endif
-
 /// Where an operation stands in an `OperationQueue`, as Foundation itself records it.
 ///
 /// No public API says whether an operation is in a queue. Linux's Foundation (swift-corelibs-foundation)
@@ -135,13 +131,7 @@ enum FoundationQueueState: Equatable {
         }
 
         func edges(of operation: Operation) -> [Operation] {
-            withExtendedLifetime(operation) {
-                let base = UnsafeRawPointer(Unmanaged.passUnretained(operation).toOpaque())
-                let lock = base.load(fromByteOffset: lockOffset, as: Unmanaged<NSLock>.self).takeUnretainedValue()
-                lock.lock()
-                defer { lock.unlock() }
-                return base.load(fromByteOffset: dependenciesOffset, as: [Operation].self)
-            }
+            ForeignFields.load([Operation].self, at: dependenciesOffset, of: operation, lockedBy: lockOffset)
         }
 
         /// The index of `operation`'s `__state` case: one load.
@@ -153,30 +143,15 @@ enum FoundationQueueState: Equatable {
         }
 
         private static func find() -> Layout? {
-            var queueOffset: Int?
-            var stateOffset: Int?
-            var dependenciesOffset: Int?
-            var lockOffset: Int?
-            // `.classType` (a `static var`, which Swift 6 refuses to read) is bit 0.
-            _ = _forEachField(of: Operation.self, options: _EachFieldOptions(rawValue: 1 << 0)) { name, offset, type, _ in
-                switch String(cString: name) {
-                case "__queue" where type == Optional<Unmanaged<OperationQueue>>.self:
-                    queueOffset = offset
-                case "__state" where Self.size(of: type) == 1:
-                    stateOffset = offset
-                case "__dependencies" where type == [Operation].self:
-                    dependenciesOffset = offset
-                case "__lock" where type == NSLock.self:
-                    lockOffset = offset
-                default:
-                    break
-                }
-                return true
-            }
-            guard let queueOffset, let stateOffset, let dependenciesOffset, let lockOffset else { return nil }
+            let fields = ForeignFields.declared(by: Operation.self)
+            guard let queue = fields["__queue"], queue.type == Optional<Unmanaged<OperationQueue>>.self,
+                let state = fields["__state"], Self.size(of: state.type) == 1,
+                let dependencies = fields["__dependencies"], dependencies.type == [Operation].self,
+                let lock = fields["__lock"], lock.type == NSLock.self
+            else { return nil }
             let layout = Layout(
-                queueOffset: queueOffset, stateOffset: stateOffset, dependenciesOffset: dependenciesOffset,
-                lockOffset: lockOffset)
+                queueOffset: queue.offset, stateOffset: state.offset, dependenciesOffset: dependencies.offset,
+                lockOffset: lock.offset)
             return layout.holds() ? layout : nil
         }
 
