@@ -293,7 +293,12 @@ extension AsyncOperation {
         let (gated, policy, hasDependencies) = core.withLock {
             ($0.gate.map { $0.admission.isClosed } ?? false, $0.policy, $0.hasDependencies)
         }
-        guard gated, !queue.isSuspended else { return .add }
+        // Only where being added means getting a worker at once: in a queue with a width limit the
+        // operation may wait there for a worker, and a category it held meanwhile would keep every
+        // other claimant out while it does not execute (an earlier operation of a serial queue that
+        // waits for one of them would never let it run). There the queue begins the gate as it reads
+        // `isReady`, which it does only with a worker free.
+        guard gated, !queue.isSuspended, queue.hasNoWidthLimit else { return .add }
         // Read once: whether they have all finished, then what they say.
         let dependencies = hasDependencies || !Self.listsOnlyAddedDependencies ? self.dependencies : []
         guard dependencies.allSatisfy(\.isFinished) else { return .add }
@@ -600,11 +605,25 @@ extension AsyncOperation {
         let categories: [OperationCategory]
         /// The queue of the composite the operation is launched in, if any: its owner may lend them.
         let parent: ChildQueue?
+        /// Asked as its queue reads `isReady` (the announce path): granted, it may still wait there for
+        /// a worker (see ``AsyncOperation/isInWidthLimitedQueue()``).
+        let announced: Bool
 
         init(_ gate: OperationGate, _ state: inout State) {
             categories = gate.categories
             parent = state.compositeQueue
+            announced = gate.admission.path == .announce
         }
+    }
+
+    /// Whether the queue Foundation holds the operation in has a width limit: such a queue reads the
+    /// readiness of more operations than it has workers free, so that an operation granted its
+    /// categories there may wait for a worker while it holds them (see ``ClaimTable/queuedHolders``).
+    /// `false` in a queue without a limit (granted, it is started at once), and where Baton cannot see
+    /// the queue (Apple platforms). Read outside the operation's lock (the limit is read under
+    /// Foundation's), for an operation in its queue, not started: the queue keeps it retained.
+    private func isInWidthLimitedQueue() -> Bool {
+        FoundationQueueState.queue(of: self).map { !$0.hasNoWidthLimit } ?? false
     }
 
     /// Asks for the categories (`claim`: read when the request was decided; read here when `nil`);
@@ -617,6 +636,7 @@ extension AsyncOperation {
             return false
         }
         let categories = claim.categories
+        let queued = claim.announced && isInWidthLimitedQueue()
         // Asked again (rarely) when an ancestor that lent a category let it go between the walk that
         // found it and the table's step: the walk then finds the level where the claim now belongs.
         while true {
@@ -639,9 +659,10 @@ extension AsyncOperation {
             }
             enum Asked {
                 case stale, waiting
-                /// Waiting first in its lines, its operation holding a worker of its queue: these
-                /// holders are asked to give their lanes back.
-                case waitingFirst([AsyncOperation])
+                /// Waiting, and these holders are asked to give their lanes back: it waits first in its
+                /// lines, its operation holding a worker of its queue, or they may wait in theirs for a
+                /// worker while they hold them.
+                case waitingAsking([AsyncOperation])
                 /// An ancestor let a lent category go before the table's step: nothing was asked.
                 case lenderGone
                 case reopened(Admission.Action)
@@ -662,14 +683,17 @@ extension AsyncOperation {
                     gate.lanes = lanes
                     if case .waiting(let holders) = asked {
                         gate.categoriesSince = DispatchTime.now().uptimeNanoseconds
-                        return .waitingFirst(holders)
+                        return .waitingAsking(holders)
                     }
                 } else {
-                    guard let granted = Gatekeeper.request(self, token: token, lanes: lanes) else { return .lenderGone }
+                    let queued = queued && gate.admission.path == .announce
+                    guard let asked = Gatekeeper.request(self, token: token, lanes: lanes, queued: queued) else {
+                        return .lenderGone
+                    }
                     gate.lanes = lanes
-                    guard granted else {
+                    if case .waiting(let holders) = asked {
                         gate.categoriesSince = DispatchTime.now().uptimeNanoseconds
-                        return .waiting
+                        return holders.isEmpty ? .waiting : .waitingAsking(holders)
                     }
                 }
                 let action = gate.admission.granted(token)
@@ -689,7 +713,7 @@ extension AsyncOperation {
                 if let recording { recording.recorder.beganWaiting(recording.id, self) }
                 watchForSlowWait(token, categories: categories)
                 return false
-            case .waitingFirst(let holders):
+            case .waitingAsking(let holders):
                 if let recording { recording.recorder.beganWaiting(recording.id, self) }
                 watchForSlowWait(token, categories: categories)
                 for holder in holders { holder.yieldLanes() }
