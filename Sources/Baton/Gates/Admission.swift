@@ -14,9 +14,7 @@
 /// it: either way the gate goes back to `closed`, holding nothing, and begins anew when the
 /// operation's queue next considers it, with its categories only (its conditions answered already).
 /// An open gate whose operation its queue has not started also goes back to `closed` when it
-/// yields to an operation that holds a worker of its queue while it waits (see ``holdsWorker``), or
-/// gives way to a request that would execute at once while it may wait for a worker in a queue with
-/// a width limit (see ``ClaimTable/queuedHolders``).
+/// yields to an operation that holds a worker of its queue while it waits (see ``holdsWorker``).
 struct Admission: Hashable {
     enum Stage: Hashable {
         /// Not begun: the operation waits for its dependencies, or for a queue to consider it.
@@ -209,9 +207,7 @@ struct Admission: Hashable {
     }
 
     /// An operation that holds a worker of its queue waits for a category this one holds (see
-    /// ``holdsWorker``), or one that would execute at once does while this one may wait for a worker
-    /// in a queue with a width limit (see ``ClaimTable/queuedHolders``), and this one has not started
-    /// (the caller checks that under the same lock).
+    /// ``holdsWorker``), and this one has not started (the caller checks that under the same lock).
     /// `dispatched`: its queue has taken a worker for it (it is about to start, and will execute).
     ///
     /// `true`: the gate was open and the operation is in no queue's hands yet (not yet added to its

@@ -295,7 +295,7 @@ extension AsyncOperation {
         }
         // Only where being added means getting a worker at once: in a queue with a width limit the
         // operation may wait there for a worker, and a category it held meanwhile would keep every
-        // other claimant out while it does not execute (an earlier operation of a serial queue that
+        // other claimant out while it does not execute (an earlier operation of a serial group that
         // waits for one of them would never let it run). There the queue begins the gate as it reads
         // `isReady`, which it does only with a worker free.
         guard gated, !queue.isSuspended, queue.hasNoWidthLimit else { return .add }
@@ -605,25 +605,11 @@ extension AsyncOperation {
         let categories: [OperationCategory]
         /// The queue of the composite the operation is launched in, if any: its owner may lend them.
         let parent: ChildQueue?
-        /// Asked as its queue reads `isReady` (the announce path): granted, it may still wait there for
-        /// a worker (see ``AsyncOperation/isInWidthLimitedQueue()``).
-        let announced: Bool
 
         init(_ gate: OperationGate, _ state: inout State) {
             categories = gate.categories
             parent = state.compositeQueue
-            announced = gate.admission.path == .announce
         }
-    }
-
-    /// Whether the queue Foundation holds the operation in has a width limit: such a queue reads the
-    /// readiness of more operations than it has workers free, so that an operation granted its
-    /// categories there may wait for a worker while it holds them (see ``ClaimTable/queuedHolders``).
-    /// `false` in a queue without a limit (granted, it is started at once), and where Baton cannot see
-    /// the queue (Apple platforms). Read outside the operation's lock (the limit is read under
-    /// Foundation's), for an operation in its queue, not started: the queue keeps it retained.
-    private func isInWidthLimitedQueue() -> Bool {
-        FoundationQueueState.queue(of: self).map { !$0.hasNoWidthLimit } ?? false
     }
 
     /// Asks for the categories (`claim`: read when the request was decided; read here when `nil`);
@@ -636,7 +622,6 @@ extension AsyncOperation {
             return false
         }
         let categories = claim.categories
-        let queued = claim.announced && isInWidthLimitedQueue()
         // Asked again (rarely) when an ancestor that lent a category let it go between the walk that
         // found it and the table's step: the walk then finds the level where the claim now belongs.
         while true {
@@ -659,10 +644,9 @@ extension AsyncOperation {
             }
             enum Asked {
                 case stale, waiting
-                /// Waiting, and these holders are asked to give their lanes back: it waits first in its
-                /// lines, its operation holding a worker of its queue, or they may wait in theirs for a
-                /// worker while they hold them.
-                case waitingAsking([AsyncOperation])
+                /// Waiting first in its lines, its operation holding a worker of its queue: these
+                /// holders are asked to give their lanes back.
+                case waitingFirst([AsyncOperation])
                 /// An ancestor let a lent category go before the table's step: nothing was asked.
                 case lenderGone
                 case reopened(Admission.Action)
@@ -683,17 +667,14 @@ extension AsyncOperation {
                     gate.lanes = lanes
                     if case .waiting(let holders) = asked {
                         gate.categoriesSince = DispatchTime.now().uptimeNanoseconds
-                        return .waitingAsking(holders)
+                        return .waitingFirst(holders)
                     }
                 } else {
-                    let queued = queued && gate.admission.path == .announce
-                    guard let asked = Gatekeeper.request(self, token: token, lanes: lanes, queued: queued) else {
-                        return .lenderGone
-                    }
+                    guard let granted = Gatekeeper.request(self, token: token, lanes: lanes) else { return .lenderGone }
                     gate.lanes = lanes
-                    if case .waiting(let holders) = asked {
+                    guard granted else {
                         gate.categoriesSince = DispatchTime.now().uptimeNanoseconds
-                        return holders.isEmpty ? .waiting : .waitingAsking(holders)
+                        return .waiting
                     }
                 }
                 let action = gate.admission.granted(token)
@@ -713,7 +694,7 @@ extension AsyncOperation {
                 if let recording { recording.recorder.beganWaiting(recording.id, self) }
                 watchForSlowWait(token, categories: categories)
                 return false
-            case .waitingAsking(let holders):
+            case .waitingFirst(let holders):
                 if let recording { recording.recorder.beganWaiting(recording.id, self) }
                 watchForSlowWait(token, categories: categories)
                 for holder in holders { holder.yieldLanes() }

@@ -56,12 +56,6 @@ struct ClaimTable<Waiter> {
             /// this one was still in use (see ``ClaimTable/release(_:by:)``). Given back for it once
             /// this one is unused.
             var lenderRelease: Lane?
-            /// The waiting requests whose operations may wait in their queues for a worker once
-            /// granted (see ``ClaimTable/queuedHolders``), oldest first from `queuedHead`: they wait
-            /// behind every request of `line`, so a category does not go to an operation that may not
-            /// execute while one that would waits for it.
-            var queued: [UInt64] = []
-            var queuedHead = 0
 
             init() {}
 
@@ -71,8 +65,6 @@ struct ClaimTable<Waiter> {
                 recent = other.recent
                 nextRecent = other.nextRecent
                 lenderRelease = other.lenderRelease
-                queued = other.queued
-                queuedHead = other.queuedHead
             }
         }
 
@@ -121,37 +113,10 @@ struct ClaimTable<Waiter> {
         var held: Int { (holder == nil ? 0 : 1) + (uncommon?.otherHolders.count ?? 0) }
         func isHeld(by id: UInt64) -> Bool { holder?.id == id || uncommon?.otherHolders[WaiterKey(id)] != nil }
         var hasRoom: Bool { held < limit }
-        var waitingCount: Int { line.count - head + queuedCount }
-        /// How many requests wait behind `line` (see ``Uncommon/queued``).
-        private var queuedCount: Int { uncommon.map { $0.queued.count - $0.queuedHead } ?? 0 }
-        /// How many wait ahead of a request that joins now: every one when it may wait for a worker
-        /// once granted (`queued`), those of `line` otherwise.
-        func waitingAhead(queued: Bool) -> Int { queued ? waitingCount : line.count - head }
-        var first: UInt64? {
-            if head < line.count { return line[head] }
-            guard let uncommon, uncommon.queuedHead < uncommon.queued.count else { return nil }
-            return uncommon.queued[uncommon.queuedHead]
-        }
+        var waitingCount: Int { line.count - head }
+        var first: UInt64? { head < line.count ? line[head] : nil }
         /// Nobody holds or wants it (a lane under a pace may still remember grants: see `paceCools`).
-        var isUnused: Bool {
-            holder == nil && head == line.count
-                && uncommon.map { $0.otherHolders.isEmpty && $0.queued.count == $0.queuedHead } != false
-        }
-
-        /// Puts `id` last in its line: behind every request when it may wait for a worker once
-        /// granted (`queued`), behind those of `line` otherwise.
-        mutating func join(_ id: UInt64, queued: Bool) {
-            if queued { madeUncommon().queued.append(id) } else { line.append(id) }
-        }
-
-        /// Takes `id` out of the line it waits in.
-        mutating func leave(_ id: UInt64) {
-            if let index = line[head...].firstIndex(of: id) {
-                line.remove(at: index)
-            } else if let uncommon, let index = uncommon.queued[uncommon.queuedHead...].firstIndex(of: id) {
-                madeUncommon().queued.remove(at: index)
-            }
-        }
+        var isUnused: Bool { holder == nil && head == line.count && uncommon?.otherHolders.isEmpty != false }
 
         /// `nil` when the pace lets a grant through at `now` (or there is none); otherwise when it will:
         /// the oldest of the last `count` grants leaves the window.
@@ -220,22 +185,9 @@ struct ClaimTable<Waiter> {
         mutating func shrinkHolders() {
             // Not bound first: a binding is a second reference, and madeUncommon() would copy the part.
             if (uncommon?.otherHolders.capacity ?? 0) > 16 { madeUncommon().otherHolders = [:] }
-            if (uncommon?.queued.capacity ?? 0) > 16 { madeUncommon().queued = [] }
         }
 
         mutating func popFirst() {
-            guard head < line.count else {
-                let uncommon = madeUncommon()
-                uncommon.queuedHead += 1
-                if uncommon.queuedHead == uncommon.queued.count {
-                    uncommon.queued.removeAll(keepingCapacity: true)
-                    uncommon.queuedHead = 0
-                } else if uncommon.queuedHead > 64 && uncommon.queuedHead * 2 > uncommon.queued.count {
-                    uncommon.queued.removeFirst(uncommon.queuedHead)
-                    uncommon.queuedHead = 0
-                }
-                return
-            }
             head += 1
             if head == line.count {
                 line.removeAll(keepingCapacity: true)
@@ -252,8 +204,6 @@ struct ClaimTable<Waiter> {
         let waiter: Waiter
         /// Its operation holds a worker of its queue while it waits: it is put first in its lines.
         var holdsWorker = false
-        /// Granted, its operation may still wait in its queue for a worker (see ``queuedHolders``).
-        var queued = false
     }
 
     /// The lanes in use (held, or waited for); a lane nobody holds or wants is dropped. A lane is
@@ -278,13 +228,6 @@ struct ClaimTable<Waiter> {
     /// whose last reference this may be: it must not be freed under the table's lock (its deinit, or a
     /// scope's, may call the table), so the gatekeeper takes them after each step (``takeLetGo()``).
     private(set) var letGo: [Waiter] = []
-    /// Holders whose operation may wait for a worker while it holds: a queue with a width limit reads
-    /// the readiness of more operations than it has workers free, so one granted there can sit in the
-    /// queue behind operations that do not end soon. Each gives way to a request that would execute
-    /// at once and waits for one of its lanes (see ``holdersGivingWay(for:)``); the requests of such
-    /// operations wait behind those (see ``LaneState/Uncommon/queued``), and ask nobody to give way,
-    /// so no two of them hand a category back and forth. Empty unless such queues hold claims.
-    private(set) var queuedHolders: Set<WaiterKey> = []
 
     /// Takes what ``letGo`` holds.
     mutating func takeLetGo() -> [Waiter] {
@@ -412,18 +355,7 @@ struct ClaimTable<Waiter> {
     /// Asks for every lane of `lanes` (each named once) at once. `true`: granted now, and `waiter` is
     /// kept as the lanes' holder. `false`: the request waits in every lane's line until
     /// ``release(_:by:)`` or another call grants it, or ``withdraw(_:)`` takes it back.
-    ///
-    /// `queued`: made as a queue with a width limit read the operation's readiness, so that once
-    /// granted it may wait there for a worker (see ``queuedHolders``).
-    mutating func request(_ id: UInt64, lanes wanted: [Lane], waiter: Waiter, queued: Bool = false) -> Bool {
-        guard ask(id, lanes: wanted, waiter: waiter, queued: queued) else { return false }
-        // Nothing asked, nothing held (an operation with conditions and no category): nothing to
-        // give back, so nothing to count (its release gives back no lane, and never comes here).
-        if queued && !wanted.isEmpty { queuedHolders.insert(WaiterKey(id)) }
-        return true
-    }
-
-    private mutating func ask(_ id: UInt64, lanes wanted: [Lane], waiter: Waiter, queued: Bool) -> Bool {
+    mutating func request(_ id: UInt64, lanes wanted: [Lane], waiter: Waiter) -> Bool {
         if wanted.count == 1 {
             // One lane, one lookup: take it when it is free and nobody waits, or join its line.
             let lane = wanted[0]
@@ -436,9 +368,9 @@ struct ClaimTable<Waiter> {
                 noteGrant(of: record)
                 return true
             }
-            guard record.state.waitingAhead(queued: queued) == 0, record.state.hasRoom, !paceHolds(record) else {
-                record.state.join(id, queued: queued)
-                waiting[WaiterKey(id)] = Request(lanes: wanted, waiter: waiter, queued: queued)
+            guard record.state.waitingCount == 0, record.state.hasRoom, !paceHolds(record) else {
+                record.state.line.append(id)
+                waiting[WaiterKey(id)] = Request(lanes: wanted, waiter: waiter)
                 return false
             }
             record.state.addHolder(id, waiter)
@@ -449,12 +381,12 @@ struct ClaimTable<Waiter> {
         var free = true
         for record in records {
             guard let record else { continue }
-            if record.state.waitingAhead(queued: queued) != 0 || !record.state.hasRoom || paceHolds(record) {
+            if record.state.waitingCount != 0 || !record.state.hasRoom || paceHolds(record) {
                 free = false
                 break
             }
         }
-        if !free { waiting[WaiterKey(id)] = Request(lanes: wanted, waiter: waiter, queued: queued) }
+        if !free { waiting[WaiterKey(id)] = Request(lanes: wanted, waiter: waiter) }
         for (index, lane) in wanted.enumerated() {
             let record = records[index] ?? insert(lane)
             records[index] = record
@@ -462,7 +394,7 @@ struct ClaimTable<Waiter> {
                 record.state.addHolder(id, waiter)
                 noteGrant(of: record)
             } else {
-                record.state.join(id, queued: queued)
+                record.state.line.append(id)
             }
         }
         // Heading a line that only a pace holds back, it must be timed, or nothing would grant it.
@@ -511,11 +443,11 @@ struct ClaimTable<Waiter> {
     mutating func putFirst(_ id: UInt64) -> (granted: [(UInt64, Waiter)], holders: [Waiter]) {
         guard let request = waiting[WaiterKey(id)] else { return ([], []) }
         waiting[WaiterKey(id)]?.holdsWorker = true
-        waiting[WaiterKey(id)]?.queued = false
         let records = request.lanes.compactMap { lanes.record(for: $0) }
         for record in records {
             if !withdrawn.isEmpty { Self.skip(&withdrawn, in: &record.state) }
-            record.state.leave(id)
+            let line = record.state.line
+            if let index = line[record.state.head...].firstIndex(of: id) { record.state.line.remove(at: index) }
             Self.putFirst(id, in: &record.state)
         }
         var granted: [(UInt64, Waiter)] = []
@@ -536,25 +468,6 @@ struct ClaimTable<Waiter> {
             blocked.append(record)
         }
         return Self.holders(of: blocked)
-    }
-
-    /// The holders that give way to a request that waits for `wanted` and would execute at once once
-    /// granted: those of a lane without room whose operation may wait in its queue for a worker (see
-    /// ``queuedHolders``). Each gives its lanes back while its queue has not started it
-    /// (``AsyncOperation/yieldLanes()``), and the request, ahead of every queued one, gets them.
-    func holdersGivingWay(for wanted: [Lane]) -> [Waiter] {
-        guard !queuedHolders.isEmpty else { return [] }
-        var seen = Set<UInt64>()
-        var holders: [Waiter] = []
-        for lane in wanted {
-            guard let record = lanes.record(for: lane), !record.state.hasRoom else { continue }
-            var each = record.state.otherHolders.map { ($0.key.id, $0.value) }
-            if let first = record.state.holder { each.append(first) }
-            for (holder, waiter) in each where queuedHolders.contains(WaiterKey(holder)) && seen.insert(holder).inserted {
-                holders.append(waiter)
-            }
-        }
-        return holders
     }
 
     private static func putFirst(_ id: UInt64, in state: inout LaneState) {
@@ -621,7 +534,6 @@ struct ClaimTable<Waiter> {
     /// still holds it or waits for it. The hold is given back once that lane is unused, so the
     /// category never has more holders executing than its limit.
     mutating func release(_ held: [Lane], by id: UInt64) -> [(UInt64, Waiter)] {
-        if !queuedHolders.isEmpty { queuedHolders.remove(WaiterKey(id)) }
         var granted: [(UInt64, Waiter)] = []
         for lane in held {
             if lentLanes > 0, let lent = lanes.record(for: Lane(name: lane.name, under: id)) {
@@ -662,8 +574,7 @@ struct ClaimTable<Waiter> {
 
     /// Whether the table holds nothing and nobody waits: what a test checks once everything finished.
     var isIdle: Bool {
-        waiting.isEmpty && queuedHolders.isEmpty
-            && lanes.records.allSatisfy { $0.state.held == 0 && $0.state.waitingCount == 0 }
+        waiting.isEmpty && lanes.records.allSatisfy { $0.state.held == 0 && $0.state.waitingCount == 0 }
     }
 
     /// Drops withdrawn ids from the head of a line.
@@ -711,7 +622,6 @@ struct ClaimTable<Waiter> {
                 record.state.popFirst()
                 record.state.addHolder(id, request.waiter)
                 noteGrant(of: record)
-                if request.queued { queuedHolders.insert(WaiterKey(id)) }
                 granted.append((id, request.waiter))
                 next = record
                 continue
@@ -732,7 +642,6 @@ struct ClaimTable<Waiter> {
                 other.state.addHolder(id, request.waiter)
                 noteGrant(of: other)
             }
-            if request.queued { queuedHolders.insert(WaiterKey(id)) }
             granted.append((id, request.waiter))
             // The lines it left may now let their next request through.
             pending.append(contentsOf: others)

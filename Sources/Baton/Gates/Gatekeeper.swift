@@ -44,19 +44,14 @@ enum Gatekeeper {
         func release() { waiters = [] }
     }
 
-    /// Asks for `lanes` for `operation`: `.granted` now, or `.waiting` with the holders to ask to give
-    /// way (see ``ClaimTable/queuedHolders``), after the caller releases its own lock. `nil`: nothing
+    /// Asks for `lanes` for `operation`; `true` when granted now, `false` when it waits. `nil`: nothing
     /// was asked, because a composite that lent one of them no longer holds the category (it finished
     /// after the operation found its lanes): the operation finds them again.
-    ///
-    /// `queued`: asked as a queue with a width limit read the operation's readiness, where it may wait
-    /// for a worker once granted; such a request asks nobody to give way.
-    static func request(_ operation: AsyncOperation, token: UInt64, lanes: [Lane], queued: Bool = false) -> FirstRequest? {
+    static func request(_ operation: AsyncOperation, token: UInt64, lanes: [Lane]) -> Bool? {
         let waiter = Waiter(operation: operation, token: token, lanes: lanes)
         return change { table in
             guard table.lendersHold(lanes) else { return nil }
-            if table.request(operation.serialNumber, lanes: lanes, waiter: waiter, queued: queued) { return .granted }
-            return .waiting(holders: queued ? [] : table.holdersGivingWay(for: lanes).map(\.operation))
+            return table.request(operation.serialNumber, lanes: lanes, waiter: waiter)
         }
     }
 
