@@ -66,6 +66,36 @@ final class QueuedHolderTests: BatonTestCase {
         XCTAssertTrue(Gatekeeper.isIdle)
     }
 
+    /// Baton's launch on queues whose limit counts as none (`Int.max`, `Int32.max`, -1) passes gates
+    /// outside and runs every claimant; on a queue of width 0, which runs nothing, a claimant holds
+    /// nothing until the queue is given a worker.
+    func testALaunchOnWidthsThatCountAsNoneOrZero() throws {
+        for width in [Int.max, Int(Int32.max), -1] {
+            let x = OperationCategory("x", in: ExclusivityScope("odd-\(width)-\(UUID())"))
+            let queue = OperationQueue()
+            queue.maxConcurrentOperationCount = width
+            let ops = try (0..<200).map { _ -> AsyncBlockOperation in
+                let op = AsyncBlockOperation { $0.finish() }
+                try op.addExclusivity(x)
+                try op.claim()
+                return op
+            }
+            queue.launch(ops)
+            for op in ops { waitFinished(op) }
+        }
+        let zero = OperationQueue()
+        zero.maxConcurrentOperationCount = 0
+        let x = OperationCategory("x", in: ExclusivityScope("zero-\(UUID())"))
+        let op = AsyncBlockOperation { $0.finish() }
+        try op.addExclusivity(x)
+        try op.claim()
+        zero.launch(op)
+        XCTAssertTrue(eventually(timeout: 1) { Gatekeeper.isIdle }, "width 0: it must hold nothing while it cannot run")
+        zero.maxConcurrentOperationCount = 1
+        waitFinished(op)
+        XCTAssertTrue(eventually { Gatekeeper.isIdle })
+    }
+
     // MARK: - Helpers
 
     private func claiming(_ category: OperationCategory, name: String) throws -> AsyncBlockOperation {
