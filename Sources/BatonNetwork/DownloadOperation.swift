@@ -48,11 +48,14 @@ public final class DownloadOperation: HTTPOperation<DownloadedFile>, ProgressRep
     /// Whether the transfer reports each chunk it writes, so that ``progress`` follows it on every platform.
     public let reportsProgress: Bool
     private let counts = Mutex((received: Int64(0), expected: Int64(-1)))
-    /// The object that loads the task on Linux, taken as the task resumes: its temporary file is
-    /// removed when the task ends without handing it over (see `FoundationBodyFile`).
-    private let loader = Mutex<AnyObject?>(nil)
+    /// The object that loads the task on Linux, taken as the task resumes (or, when the task ends
+    /// first, as its end is handed to the session's queue): its temporary file is removed when the
+    /// task ends without handing it over (see `FoundationBodyFile`).
+    private let loader = Mutex(LoaderLook.notYet)
     /// The file of Foundation's that the end removed, if any (for tests).
     let removedBodyFile = Mutex<URL?>(nil)
+    /// Whether the task's end knew its loader, set as the task ends (for tests).
+    let endKnewLoader = Mutex<Bool?>(nil)
 
     init(_ request: URLRequest?, to destination: URL, reportsProgress: Bool, client: HTTPClient) {
         self.destination = destination
@@ -87,9 +90,27 @@ public final class DownloadOperation: HTTPOperation<DownloadedFile>, ProgressRep
         }
     }
 
+    /// Where the task's loader is looked for while `resume()` runs: the queue its session reports on.
+    private var watchingQueue: FoundationBodyFile.WatchingQueue? {
+        let session = reportsProgress ? client.progressReporting.session : client.session
+        return session.delegateQueue as? FoundationBodyFile.WatchingQueue
+    }
+
+    override func willResume(_ task: URLSessionTask) {
+        watchingQueue?.watch(task, for: self)
+    }
+
     override func resumed(_ task: URLSessionTask) {
-        guard let found = FoundationBodyFile.loader(of: task) else { return }
-        loader.withLock { $0 = found }
+        takeLoader(of: task)
+        watchingQueue?.stopWatching(task)
+    }
+
+    /// Takes the object that loads `task`, once, unless the task's end has been handled already.
+    func takeLoader(of task: URLSessionTask) {
+        guard case .notYet = loader.withLock({ $0 }), let found = FoundationBodyFile.loader(of: task) else { return }
+        loader.withLock { look in
+            if case .notYet = look { look = .found(found) }
+        }
     }
 
     /// The transfer has written `received` bytes of `expected` (-1 when unknown).
@@ -97,7 +118,7 @@ public final class DownloadOperation: HTTPOperation<DownloadedFile>, ProgressRep
         counts.withLock { $0 = (received, expected) }
     }
 
-    /// Ends the operation once its task has ended: `location` (removed when this returns, if it was
+    /// Ends the operation once its task has ended: `location` (removed before the operation ends, if it was
     /// not moved into place) holds the whole body, unless there is an error.
     ///
     /// The destination is replaced only by a download that succeeds. A cancellation (or the timeout)
@@ -110,25 +131,28 @@ public final class DownloadOperation: HTTPOperation<DownloadedFile>, ProgressRep
         // removed here: Apple's Foundation removes it once this returns, Linux's never does. Without
         // a location, Linux's may still have made one, which it names nowhere but in its loader: it
         // is removed before the operation can end.
-        // Taken as the task resumed. (A task that ended before that look has let go of it: Foundation
-        // drops it in the step that hands the end to the session's queue, before this runs.)
-        let loader = loader.withLock { loader in
-            defer { loader = nil }
+        // Taken as the task resumed, or, for a task that ended before `resume()` returned, as its end
+        // was handed to the session's queue (Foundation lets go of the loader right after that).
+        let loader = loader.withLock { look in
+            defer { look = .ended }
+            guard case .found(let loader) = look else { return nil as AnyObject? }
             return loader
         }
+        endKnewLoader.withLock { $0 = loader != nil }
         if location == nil, let loader, let made = FoundationBodyFile.file(of: loader) {
             unlink(made.path)
             removedBodyFile.withLock { $0 = made }
         }
-        defer { if let location { unlink(location.path) } }
         // The status is checked before the file is placed: a 404's body never reaches the destination.
         let verdict = verdict(for: request, response: response, error: error) {
             guard let location, let handle = try? FileHandle(forReadingFrom: location) else { return Data() }
             defer { try? handle.close() }
             return (try? handle.read(upToCount: NetworkError.bodyPrefixLimit)) ?? Data()
         }
-        // Ends the operation off the session's queue (see `HTTPOperation.complete`).
+        // Ends the operation off the session's queue (see `HTTPOperation.complete`), once Foundation's
+        // file is gone: moved into place, or removed here (an observer of the end never sees it).
         func settle(_ result: Result<DownloadedFile, any Error>) {
+            if let location { unlink(location.path) }
             DispatchQueue.global().async {
                 switch result {
                 case .success(let file): self.finish(with: file)
@@ -204,6 +228,16 @@ public final class DownloadOperation: HTTPOperation<DownloadedFile>, ProgressRep
     }
 }
 
+/// What a download knows of its task's loader.
+private enum LoaderLook: @unchecked Sendable {
+    /// Not looked at yet (or the task had none when looked at).
+    case notYet
+    /// The loader, to read its file's name from once the task has ended.
+    case found(AnyObject)
+    /// The task's end has been handled: a look that comes later keeps nothing.
+    case ended
+}
+
 /// The delegate of a client's second session, for downloads that report their progress: it hands
 /// each task's chunks and end to the operation that made it. An operation is registered before its
 /// task resumes and let go when the task has delivered its file or failed.
@@ -240,7 +274,7 @@ final class ProgressSession: Sendable {
     let session: URLSession
 
     init(configuration: URLSessionConfiguration) {
-        session = URLSession(configuration: configuration, delegate: router, delegateQueue: nil)
+        session = URLSession(configuration: configuration, delegate: router, delegateQueue: FoundationBodyFile.sessionQueue())
     }
 
     func downloadTask(for request: URLRequest, _ operation: DownloadOperation) -> URLSessionTask {

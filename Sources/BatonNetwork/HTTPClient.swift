@@ -97,7 +97,7 @@ public final class HTTPClient: Sendable {
         // The session's delegate queue stays serial: Linux's Foundation relies on it to end a task
         // once (with a concurrent one, a cancel racing a completion removed the task twice and
         // trapped). The operations finish off that queue instead (see `HTTPOperation.complete`).
-        session = URLSession(configuration: configuration)
+        session = URLSession(configuration: configuration, delegate: nil, delegateQueue: FoundationBodyFile.sessionQueue())
         self.configuration = configuration
     }
 

@@ -105,10 +105,16 @@ public class HTTPOperation<Output: Sendable>: TransformOperation<URLRequest, Out
         }
         // `didCancel()` never runs while `execute()` does (Baton delivers it after), so a cancel finds
         // the task stored here, and one that came before start never executes the operation.
+        // Watched before anyone else can reach the task (and cancel it).
+        willResume(task)
         transfer.withLock { $0.task = task }
         task.resume()
         resumed(task)
     }
+
+    /// The task is about to be resumed. Subclasses override (a download watches for a task that ends
+    /// before `resume()` returns).
+    func willResume(_ task: URLSessionTask) {}
 
     /// The task has just been resumed. Subclasses override (a download takes what it needs to clean
     /// up after Foundation).

@@ -79,6 +79,53 @@ final class FoundationBodyFileTests: NetworkTestCase, @unchecked Sendable {
         #endif
     }
 
+    /// Downloads refused at once, many together: a task whose connection is refused ends within
+    /// microseconds, often before `resume()` has returned. Each download must still find and remove
+    /// Foundation's file (before the session's queue watched resuming tasks, 1 to 9 of 300 kept it).
+    func testDownloadsRefusedAtOnceAllLeaveNoFileOfFoundations() throws {
+        #if !canImport(Glibc)
+        throw XCTSkip("Apple's Foundation removes its own file")
+        #else
+        let port = try closedPort()
+        let queue = OperationQueue()
+        let downloads = (0..<300).map { _ in
+            client.download(URLRequest(url: URL(string: "http://127.0.0.1:\(port)/x")!), to: destination())
+        }
+        queue.addOperations(downloads, waitUntilFinished: false)
+        for download in downloads { _ = try finished(download) }
+        let kept = downloads.filter { $0.removedBodyFile.withLock { $0 } == nil }.count
+        XCTAssertEqual(kept, 0, "\(kept) of \(downloads.count) refused downloads found no file of Foundation's to remove")
+        XCTAssertEqual(downloads.filter { $0.endKnewLoader.withLock { $0 } != true }.count, 0)
+        for download in downloads where download.removedBodyFile.withLock({ $0 }) != nil { assertFoundationsFileIsGone(download) }
+        #endif
+    }
+
+    /// The caller cancels each download's task the moment it appears (the task is public): the task
+    /// ends as it resumes, and Foundation's file must still go.
+    func testDownloadsWhoseTaskIsCancelledAsItAppearsLeaveNoFileOfFoundations() throws {
+        #if !canImport(Glibc)
+        throw XCTSkip("Apple's Foundation removes its own file")
+        #else
+        let key = key()
+        let downloads = (0..<300).map { _ in
+            client.download(server.request("/slow-body?bytes=100000&chunk=1000&interval_ms=50&key=\(key)"), to: destination())
+        }
+        let queue = OperationQueue()
+        for download in downloads {
+            queue.addOperation(download)
+            let deadline = ContinuousClock.now + testTimeout
+            while download.task == nil && !download.isFinished && ContinuousClock.now < deadline {}
+            download.task?.cancel()
+        }
+        for download in downloads { _ = try finished(download) }
+        // A task cancelled before it started loading made no file: what must never happen is an end
+        // that did not know the loader, and so could not tell.
+        let blind = downloads.filter { $0.endKnewLoader.withLock { $0 } != true }.count
+        XCTAssertEqual(blind, 0, "\(blind) of \(downloads.count) downloads cancelled as they resumed ended without their loader")
+        for download in downloads where download.removedBodyFile.withLock({ $0 }) != nil { assertFoundationsFileIsGone(download) }
+        #endif
+    }
+
     func testASuccessfulDownloadKeepsItsBodyAndRemovesNothing() throws {
         let target = destination()
         let download = client.download(server.request("/bytes?n=3000"), to: target)
