@@ -54,8 +54,11 @@ public final class DownloadOperation: HTTPOperation<DownloadedFile>, ProgressRep
     private let loader = Mutex(LoaderLook.notYet)
     /// The file of Foundation's that the end removed, if any (for tests).
     let removedBodyFile = Mutex<URL?>(nil)
-    /// Whether the task's end knew its loader, set as the task ends (for tests).
-    let endKnewLoader = Mutex<Bool?>(nil)
+    /// Whether the task's end knew its loader; `nil` until the task has ended (for tests).
+    var endKnewLoader: Bool? {
+        guard case .ended(let knewLoader) = loader.withLock({ $0 }) else { return nil }
+        return knewLoader
+    }
 
     init(_ request: URLRequest?, to destination: URL, reportsProgress: Bool, client: HTTPClient) {
         self.destination = destination
@@ -134,11 +137,13 @@ public final class DownloadOperation: HTTPOperation<DownloadedFile>, ProgressRep
         // Taken as the task resumed, or, for a task that ended before `resume()` returned, as its end
         // was handed to the session's queue (Foundation lets go of the loader right after that).
         let loader = loader.withLock { look in
-            defer { look = .ended }
-            guard case .found(let loader) = look else { return nil as AnyObject? }
+            guard case .found(let loader) = look else {
+                look = .ended(knewLoader: false)
+                return nil as AnyObject?
+            }
+            look = .ended(knewLoader: true)
             return loader
         }
-        endKnewLoader.withLock { $0 = loader != nil }
         if location == nil, let loader, let made = FoundationBodyFile.file(of: loader) {
             unlink(made.path)
             removedBodyFile.withLock { $0 = made }
@@ -234,8 +239,9 @@ private enum LoaderLook: @unchecked Sendable {
     case notYet
     /// The loader, to read its file's name from once the task has ended.
     case found(AnyObject)
-    /// The task's end has been handled: a look that comes later keeps nothing.
-    case ended
+    /// The task's end has been handled (knowing the loader, or not): a look that comes later keeps
+    /// nothing.
+    case ended(knewLoader: Bool)
 }
 
 /// The delegate of a client's second session, for downloads that report their progress: it hands

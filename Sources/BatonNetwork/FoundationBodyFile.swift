@@ -17,7 +17,7 @@ import FoundationNetworking
 /// own `_NativeProtocol` is read: a protocol class of the user's names files of the user's.
 ///
 /// A task can end before `resume()` has returned (a connection refused at once, a `cancel()` of the
-/// task itself the moment it appears: 1 to 9 of 300 downloads each, measured). Foundation lets go of
+/// task itself the moment it appears: 1 to 16 of 300 downloads each, measured). Foundation lets go of
 /// the protocol object then too, but only after it has handed the task's end to the session's
 /// delegate queue, on both of its ending paths. So a client's sessions report on a
 /// ``WatchingQueue``: while a download's `resume()` runs, the queue knows its task, and anything
@@ -81,6 +81,9 @@ enum FoundationBodyFile {
         func stopWatching(_ task: URLSessionTask) {
             resuming.withLock { _ = $0.removeValue(forKey: ObjectIdentifier(task)) }
         }
+
+        /// How many tasks are watched now (for tests).
+        var watchedCount: Int { resuming.withLock { $0.count } }
 
         override func addOperation(_ block: @escaping @Sendable () -> Void) {
             let watched = resuming.withLock { $0.isEmpty ? [] : Array($0.values) }
