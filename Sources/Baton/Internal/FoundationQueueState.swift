@@ -1,3 +1,4 @@
+import CBatonAtomics
 import Dispatch
 import Foundation
 
@@ -95,15 +96,59 @@ enum FoundationQueueState: Equatable {
     }
 
     #if !canImport(Darwin)
-    /// Where the two properties are in an `Operation`, found and checked once.
-    private struct Layout: Sendable {
+    /// Where the properties are in an `Operation`, found and checked once.
+    struct Layout: Sendable, Equatable {
         let queueOffset: Int
         let stateOffset: Int
         /// `__dependencies` (`[Operation]`) and `__lock` (the `NSLock` that guards it).
         let dependenciesOffset: Int
         let lockOffset: Int
 
-        static let shared: Layout? = find()
+        /// The layout, or `nil` where it cannot be found: looked for on the first read, published in
+        /// an atomic word (`baton_foundation_layout`), read from it afterwards. Not a `static let`:
+        /// under ThreadSanitizer, Swift's runtime takes a lock on every read of a lazily initialised
+        /// global (so that the sanitizer sees the initialisation), and this is read on every
+        /// `isReady`. With a thousand operations waiting in one queue, each change made Foundation
+        /// read it a thousand times from every worker, and the workers queued on that one lock for
+        /// most of their time (a test of 1,000 gated operations took 20 s instead of 2).
+        static var shared: Layout? {
+            let word = baton_foundation_layout()
+            if word != 0 { return Layout(word: word) }
+            // Two first reads at once both look: the probes are cheap and the answer the same.
+            let found = find()
+            baton_publish_foundation_layout(found?.word ?? Self.absent)
+            return found
+        }
+
+        init(queueOffset: Int, stateOffset: Int, dependenciesOffset: Int, lockOffset: Int) {
+            self.queueOffset = queueOffset
+            self.stateOffset = stateOffset
+            self.dependenciesOffset = dependenciesOffset
+            self.lockOffset = lockOffset
+        }
+
+        // The published word: the four offsets, 15 bits each, and bit 62 set when they were found;
+        // `absent` when they were not; 0 while nobody has looked.
+        private static let offsetBits = 15
+        private static let found: UInt64 = 1 << 62
+        static let absent: UInt64 = 1
+
+        /// The layout a published word holds, or `nil` for ``absent``.
+        init?(word: UInt64) {
+            guard word & Self.found != 0 else { return nil }
+            let mask = UInt64(1) << Self.offsetBits - 1
+            func offset(_ index: Int) -> Int { Int(truncatingIfNeeded: word >> (index * Self.offsetBits) & mask) }
+            self.init(queueOffset: offset(0), stateOffset: offset(1), dependenciesOffset: offset(2), lockOffset: offset(3))
+        }
+
+        /// The word that publishes this layout, or `nil` when an offset does not fit its 15 bits.
+        var word: UInt64? {
+            let offsets = [queueOffset, stateOffset, dependenciesOffset, lockOffset]
+            guard offsets.allSatisfy({ (0..<1 << Self.offsetBits).contains($0) }) else { return nil }
+            return offsets.enumerated().reduce(Self.found) { word, field in
+                word | UInt64(field.element) << (field.offset * Self.offsetBits)
+            }
+        }
 
         // The cases of Foundation's `__NSOperationState`, in declaration order: Swift stores a case
         // by its index.
@@ -152,7 +197,7 @@ enum FoundationQueueState: Equatable {
             let layout = Layout(
                 queueOffset: queue.offset, stateOffset: state.offset, dependenciesOffset: dependencies.offset,
                 lockOffset: lock.offset)
-            return layout.holds() ? layout : nil
+            return layout.holds() && layout.word != nil ? layout : nil
         }
 
         private static func size(of type: Any.Type) -> Int {

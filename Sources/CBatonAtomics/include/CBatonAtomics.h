@@ -22,6 +22,16 @@ _Bool baton_queues_record(void);
 /// Sets what `baton_queues_record` returns (release), under the caller's own lock.
 void baton_set_queues_record(_Bool record);
 
+/// Where Foundation keeps an operation's queue records, packed by Baton, or 0 while it has not been
+/// looked for (acquire). A word instead of a Swift `static let`: under ThreadSanitizer, Swift's
+/// runtime takes a lock on every read of a lazily initialised global, and this one is read on every
+/// `isReady`, which Foundation's queues ask of each waiting operation on every change.
+uint64_t baton_foundation_layout(void);
+
+/// Publishes `word` (release): what `baton_foundation_layout` returns from now on. Every thread that
+/// looks computes the same word, so two that race both store it.
+void baton_publish_foundation_layout(uint64_t word);
+
 #if defined(__linux__)
 /// Baton's lock on Linux: one 32-bit word, 0 (free), 1 (held) or 2 (held, and a thread may sleep on
 /// it). The fast paths are inline; a contended lock spins a moment, then sleeps on a futex.

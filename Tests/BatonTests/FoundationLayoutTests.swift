@@ -1,0 +1,51 @@
+import CBatonAtomics
+import Dispatch
+import Foundation
+import XCTest
+
+@testable import Baton
+
+#if !canImport(Darwin)
+/// Where Baton finds Foundation's queue records in an `Operation`: looked for once, then published
+/// in one atomic word that every later read decodes (no lock per read, even under ThreadSanitizer).
+final class FoundationLayoutTests: BatonTestCase {
+    private typealias Layout = FoundationQueueState.Layout
+
+    func testTheLayoutIsFoundAndPublishedInTheWordEveryReadDecodes() throws {
+        let layout = try XCTUnwrap(Layout.shared, "Linux's Foundation keeps the records Baton reads")
+        let word = baton_foundation_layout()
+        XCTAssertEqual(word, layout.word)
+        XCTAssertEqual(Layout(word: word), layout)
+        // Four distinct fields of one object.
+        let offsets = [layout.queueOffset, layout.stateOffset, layout.dependenciesOffset, layout.lockOffset]
+        XCTAssertEqual(Set(offsets).count, 4, "\(offsets)")
+    }
+
+    func testAWordRoundTripsEveryOffsetItCanHold() {
+        for offsets in [(0, 1, 2, 3), (32_767, 0, 32_767, 1), (8, 16, 24, 32_766), (1_000, 2_000, 3_000, 4_000)] {
+            let layout = Layout(
+                queueOffset: offsets.0, stateOffset: offsets.1, dependenciesOffset: offsets.2, lockOffset: offsets.3)
+            let word = layout.word
+            XCTAssertNotNil(word, "\(offsets)")
+            XCTAssertNotEqual(word, 0, "0 means nobody has looked yet")
+            XCTAssertNotEqual(word, Layout.absent)
+            XCTAssertEqual(word.flatMap(Layout.init(word:)), layout, "\(offsets)")
+        }
+    }
+
+    func testALayoutThatCannotBePublishedHasNoWordAndTheAbsentWordNoLayout() {
+        XCTAssertNil(Layout(queueOffset: 32_768, stateOffset: 0, dependenciesOffset: 8, lockOffset: 16).word)
+        XCTAssertNil(Layout(queueOffset: 0, stateOffset: -1, dependenciesOffset: 8, lockOffset: 16).word)
+        XCTAssertNil(Layout(word: Layout.absent))
+    }
+
+    func testReadsFromManyThreadsAgree() {
+        let expected = Layout.shared
+        let disagreements = Locked(0)
+        DispatchQueue.concurrentPerform(iterations: 64) { _ in
+            for _ in 0..<1_000 where Layout.shared != expected { disagreements.increment() }
+        }
+        XCTAssertEqual(disagreements.value, 0)
+    }
+}
+#endif
