@@ -528,7 +528,8 @@ extension AsyncOperation {
         core.withLock { $0.gate?.announcers.end(thread) }
     }
 
-    static let isReadyKey = "isReady"
+    /// Computed for the reason `isExecutingKey` is.
+    static var isReadyKey: String { "isReady" }
 
     // MARK: - Conditions
 

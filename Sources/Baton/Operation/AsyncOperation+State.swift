@@ -343,8 +343,10 @@ extension AsyncOperation {
         }
     }
 
-    static let isExecutingKey = "isExecuting"
-    static let isFinishedKey = "isFinished"
+    // Computed, not `static let`: a lazily initialised global is read through a lock under
+    // ThreadSanitizer (Swift's runtime), and these are read on every state change.
+    static var isExecutingKey: String { "isExecuting" }
+    static var isFinishedKey: String { "isFinished" }
 
     /// Applies one event to the lifecycle machine under the lock. When `decides` says the action decided
     /// the outcome, the listeners it must tell are taken out in the same step.
