@@ -96,4 +96,15 @@ final class LinuxFoundationPitfallTests: BatonTestCase {
         XCTAssertEqual(group.progress.completedUnitCount, 10)
         XCTAssertFalse(group.isAsynchronous == false)
     }
+
+    /// A Foundation operation's completion block set after it finished never runs: the suite's
+    /// `waitFinished` returns at once for one that has (it waited out its whole timeout before, and a
+    /// test that raced a finish failed with "gate not opened").
+    func testWaitingForAFoundationOperationThatHasFinishedReturnsAtOnce() {
+        let operation = BlockOperation {}
+        operation.start()
+        XCTAssertTrue(operation.isFinished)
+        // Fails with "gate not opened" if the helper waits for a block that will never run.
+        waitFinished(operation)
+    }
 }

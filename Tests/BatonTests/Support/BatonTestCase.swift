@@ -81,9 +81,10 @@ final class Watchdog: NSObject, XCTestObservation, @unchecked Sendable {
     }
 }
 
-/// Waits (bounded) until `operation` has finished.
+/// Waits (bounded) until `operation` has finished, at once if it already has: a Foundation
+/// operation's completion block, set after it finished, never runs.
 func waitFinished(_ operation: Operation, timeout: Double = testTimeout, file: StaticString = #filePath, line: UInt = #line) {
     let done = Gate()
-    operation.observeCompletionForTests { done.open() }
+    operation.observeCompletionOnceForTests { done.open() }
     done.wait(timeout: timeout, file: file, line: line)
 }

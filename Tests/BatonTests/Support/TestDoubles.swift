@@ -247,6 +247,11 @@ extension Operation {
     func observeCompletionForTests(_ body: @escaping @Sendable () -> Void) {
         observeCompletion(body)
     }
+
+    /// Test access to the hook that also calls `body` when the operation has already finished.
+    func observeCompletionOnceForTests(_ body: @escaping @Sendable () -> Void) {
+        observeCompletionOnce(body)
+    }
 }
 
 /// Polls `condition` until it holds or `timeout` runs out (for a release that a queue finishes on
