@@ -47,5 +47,45 @@ final class FoundationLayoutTests: BatonTestCase {
         }
         XCTAssertEqual(disagreements.value, 0)
     }
+
+    /// The first reads of a process race: many threads find the word unset at once, each looks, each
+    /// publishes. Set back to "not looked for" before every trial (a reader that finds it so only
+    /// looks again), the threads are let go together while operations with categories run through a
+    /// queue: every read agrees, states read through it are right, and the word ends as it began.
+    func testFirstReadsRacingFromManyThreadsAgreeWhileOperationsRun() throws {
+        let expected = try XCTUnwrap(Layout.shared)
+        let word = baton_foundation_layout()
+        let wrong = Locked([String]())
+        let suspended = OperationQueue()
+        suspended.isSuspended = true
+        let waiting = BlockOperation {}
+        suspended.addOperation(waiting)
+        let running = OperationQueue()
+        for trial in 0..<200 {
+            baton_publish_foundation_layout(0)
+            let line = StartingLine()
+            for reader in 0..<12 {
+                line.thread {
+                    if Layout.shared != expected { wrong.mutate { $0.append("trial \(trial) reader \(reader): layout") } }
+                    if FoundationQueueState.of(waiting) != .waiting {
+                        wrong.mutate { $0.append("trial \(trial) reader \(reader): waiting") }
+                    }
+                    if FoundationQueueState.of(BlockOperation {}) != FoundationQueueState.none {
+                        wrong.mutate { $0.append("trial \(trial) reader \(reader): fresh") }
+                    }
+                }
+            }
+            let operations = (0..<4).map { _ in ImmediateOperation(.success(trial)) }
+            for operation in operations { try operation.addExclusivity(OperationCategory("layout-race")) }
+            line.thread { running.addOperations(operations, waitUntilFinished: false) }
+            XCTAssertTrue(line.release(timeout: testTimeout), "trial \(trial)")
+            for operation in operations { waitFinished(operation) }
+            XCTAssertTrue(operations.allSatisfy { $0.outcome?.isSuccess == true }, "trial \(trial)")
+        }
+        suspended.isSuspended = false
+        waitFinished(waiting)
+        XCTAssertEqual(wrong.value, [])
+        XCTAssertEqual(baton_foundation_layout(), word)
+    }
 }
 #endif

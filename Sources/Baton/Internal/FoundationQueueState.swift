@@ -112,12 +112,13 @@ enum FoundationQueueState: Equatable {
         /// read it a thousand times from every worker, and the workers queued on that one lock for
         /// most of their time (a test of 1,000 gated operations took 20 s instead of 2).
         static var shared: Layout? {
-            let word = baton_foundation_layout()
-            if word != 0 { return Layout(word: word) }
-            // Two first reads at once both look: the probes are cheap and the answer the same.
-            let found = find()
-            baton_publish_foundation_layout(found?.word ?? Self.absent)
-            return found
+            var word = baton_foundation_layout()
+            if word == 0 {
+                // Two first reads at once both look: the probes are cheap and the word the same.
+                word = find()?.word ?? Self.absent
+                baton_publish_foundation_layout(word)
+            }
+            return Layout(word: word)
         }
 
         init(queueOffset: Int, stateOffset: Int, dependenciesOffset: Int, lockOffset: Int) {
