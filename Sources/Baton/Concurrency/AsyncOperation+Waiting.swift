@@ -273,7 +273,9 @@ extension OperationQueue {
         if blocking && Thread.isMainThread && (self === OperationQueue.main || underlying?.label == Self.mainLabel) {
             return "the main thread would wait for a queue that runs on the main thread"
         }
-        let current = blocking ? OperationQueue.current.map(ObjectIdentifier.init) : RunningQueue.current?.heldQueue
+        let current =
+            blocking
+            ? OperationQueue.current.map(ObjectIdentifier.init) ?? Relay.startingFor : RunningQueue.current?.heldQueue
         guard current == ObjectIdentifier(self) else { return nil }
         if maxConcurrentOperationCount == 1 {
             return "called from the serial queue that must run it"

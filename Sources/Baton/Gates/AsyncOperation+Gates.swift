@@ -19,6 +19,15 @@ final class OperationGate {
     @exclusivity(unchecked) var evaluation: Evaluation?
     /// The queue a Baton entry point holds it back from until the gate opens.
     @exclusivity(unchecked) var launchTarget: OperationQueue?
+    /// Whether the queue that holds it runs its operations on a dispatch queue of its own and has no
+    /// width limit: looked at once, the first time the queue reads `isReady` with the operation in
+    /// its list (Foundation refuses to change a queue's dispatch queue while it holds operations).
+    /// `nil`: not looked at yet. In such a queue the categories are claimed at the start (see
+    /// ``AsyncOperation/gateAllowsStart(enqueued:dependencies:)``).
+    @exclusivity(unchecked) var claimsAtStart: Bool?
+    /// The dispatch queue its queue's start ran on, and that queue, when the gate was begun there: a
+    /// grant that comes later starts the operation there again, not on the granting thread.
+    @exclusivity(unchecked) var startsOn: (dispatch: DispatchQueue, queue: ObjectIdentifier)?
     /// When it began waiting for its conditions, and for its categories, in `DispatchTime` nanoseconds,
     /// until the wait is recorded; 0 when it is not waiting (categories granted at once: no wait).
     /// Plain integers: a `ContinuousClock.Instant` is resilient, so every copy of an optional one went
@@ -224,6 +233,7 @@ extension AsyncOperation {
         let inQueue = enqueued ?? true
         var reannounce = false
         var claim: Claim?
+        var looks = false
         let action: Admission.Action? = core.withLock { state in
             guard let gate = state.gate else { return nil }
             let ownRead = !gate.announcers.isEmpty && gate.announcers.isOwnRead(on: Announcers.currentThread)
@@ -249,9 +259,36 @@ extension AsyncOperation {
             else {
                 return Admission.Action.none
             }
+            // A queue that runs its operations on a dispatch queue of its own dispatches every one it
+            // finds ready, and a serial dispatch queue keeps it waiting there behind the work ahead:
+            // granted now, it would hold its categories while it waits (and the work ahead may wait
+            // for another claimant of them). There the categories are claimed as its start runs: the
+            // queue is told it is ready, and told again as a passed gate's is (a `false` stored late).
+            if enqueued == true, !gate.categories.isEmpty {
+                switch gate.claimsAtStart {
+                case nil:
+                    looks = true
+                    return Admission.Action.none
+                case true?:
+                    reannounce = !ownRead
+                    return nil
+                case false?:
+                    break
+                }
+            }
             let action = begin(gate, path: .announce, settled: state.isCancelled || state.life.early != nil)
             if case .request = action { claim = Claim(gate, &state) }
             return action
+        }
+        if looks {
+            // Outside the operation's lock: the queue's dispatch queue is read under Foundation's lock
+            // of the queue (which Foundation never holds while it reads `isReady`).
+            let queue = FoundationQueueState.queue(of: self)
+            let claimsAtStart = queue.map { $0.underlyingQueue != nil && $0.hasNoWidthLimit } ?? false
+            core.withLock { state in
+                if state.gate?.claimsAtStart == nil { state.gate?.claimsAtStart = claimsAtStart }
+            }
+            return gateAllowsStart(enqueued: enqueued, dependencies: dependencies)
         }
         switch action {
         case nil:
@@ -298,7 +335,10 @@ extension AsyncOperation {
         // other claimant out while it does not execute (an earlier operation of a serial group that
         // waits for one of them would never let it run). There the queue begins the gate as it reads
         // `isReady`, which it does only with a worker free.
-        guard gated, !queue.isSuspended, queue.hasNoWidthLimit else { return .add }
+        // Nor where the queue runs its operations on a dispatch queue of its own: a serial one keeps
+        // an added operation waiting behind the work ahead (there the categories are claimed at the
+        // start, see ``gateAllowsStart(enqueued:dependencies:)``).
+        guard gated, !queue.isSuspended, queue.hasNoWidthLimit, queue.underlyingQueue == nil else { return .add }
         // Read once: whether they have all finished, then what they say.
         let dependencies = hasDependencies || !Self.listsOnlyAddedDependencies ? self.dependencies : []
         guard dependencies.allSatisfy(\.isFinished) else { return .add }
@@ -350,9 +390,10 @@ extension AsyncOperation {
 
     /// Performs an admission action. With `goingOn`, a `proceed` along the launch or the announce path
     /// is not performed but returned as `true`: the caller goes on itself (adds the operation to its
-    /// queue, or answers `isReady` with `true`).
+    /// queue, or answers `isReady` with `true`). With `startsHere`, so is one along the start path: the
+    /// caller is the start that began the gate, and calls it again on its own thread.
     @discardableResult
-    func perform(_ action: Admission.Action, goingOn: Bool = false) -> Bool {
+    func perform(_ action: Admission.Action, goingOn: Bool = false, startsHere: Bool = false) -> Bool {
         switch action {
         case .none:
             return false
@@ -361,9 +402,9 @@ extension AsyncOperation {
             DispatchQueue.global().async { self.evaluateConditions(token) }
             return false
         case .request(let token):
-            return request(token, goingOn: goingOn)
+            return request(token, goingOn: goingOn, startsHere: startsHere)
         case .proceed(let path):
-            return proceed(path, goingOn: goingOn)
+            return proceed(path, goingOn: goingOn, startsHere: startsHere)
         case .abandon(let path):
             let evaluation = core.withLock { state in
                 defer { state.gate?.evaluation = nil }
@@ -371,11 +412,11 @@ extension AsyncOperation {
             }
             evaluation?.abandon()
             recordWait(conditions: true)
-            return proceed(path, goingOn: goingOn)
+            return proceed(path, goingOn: goingOn, startsHere: startsHere)
         case .withdraw(_, let path):
             Gatekeeper.withdraw(self)
             recordWait(conditions: false)
-            return proceed(path, goingOn: goingOn)
+            return proceed(path, goingOn: goingOn, startsHere: startsHere)
         case .putFirst:
             Gatekeeper.putFirst(self)
             return false
@@ -502,7 +543,7 @@ extension AsyncOperation {
         }
     }
 
-    private func proceed(_ path: Admission.Path, goingOn: Bool) -> Bool {
+    private func proceed(_ path: Admission.Path, goingOn: Bool, startsHere: Bool = false) -> Bool {
         switch path {
         case .announce:
             if goingOn { return true }
@@ -512,7 +553,18 @@ extension AsyncOperation {
             if goingOn { return true }
             if let granted = enterQueuePassed(queue) { Gatekeeper.wake(granted) }
         case .start:
-            Trampoline.run { self.start() }
+            if startsHere { return true }
+            // Where its queue's start ran, when that queue has a dispatch queue of its own (work meant
+            // for it, on the main queue's, say, never runs elsewhere); else on this thread.
+            let target = core.withLock { state in
+                defer { state.gate?.startsOn = nil }
+                return state.gate?.startsOn
+            }
+            if let target {
+                target.dispatch.async { Relay.startingFor(target.queue) { self.start() } }
+            } else {
+                Trampoline.run { self.start() }
+            }
         }
         return false
     }
@@ -615,7 +667,9 @@ extension AsyncOperation {
 
     /// Asks for the categories (`claim`: read when the request was decided; read here when `nil`);
     /// granted at once, the gate opens on this thread.
-    private func request(_ token: UInt64, _ decided: consuming Claim? = nil, goingOn: Bool) -> Bool {
+    private func request(
+        _ token: UInt64, _ decided: consuming Claim? = nil, goingOn: Bool, startsHere: Bool = false
+    ) -> Bool {
         // Going on, the caller has just seen that it can start (its queue read `isReady`, or a Baton
         // entry point looked); otherwise the conditions took their time, and it is looked at again.
         let blocked = goingOn ? false : cannotStartNow()
@@ -641,7 +695,7 @@ extension AsyncOperation {
                     if action != .none { _ = state.life.finish(.failed(error), carriesResult: true) }
                     return action
                 }
-                return perform(action, goingOn: goingOn)
+                return perform(action, goingOn: goingOn, startsHere: startsHere)
             }
             enum Asked {
                 case stale, waiting
@@ -701,7 +755,7 @@ extension AsyncOperation {
                 for holder in holders { holder.yieldLanes() }
                 return false
             case .granted(let action):
-                return perform(action, goingOn: goingOn)
+                return perform(action, goingOn: goingOn, startsHere: startsHere)
             case .launch(let queue):
                 // What `proceed(.launch)` does, with the target it would have taken.
                 guard let queue else { return false }

@@ -75,6 +75,10 @@ enum Trampoline {
         /// The queue whose worker this thread is, inside the start of an operation Baton launched there
         /// (see ``Relay``).
         @exclusivity(unchecked) var workerOf: ObjectIdentifier?
+        /// The queue whose operation this thread starts on that queue's dispatch queue, outside
+        /// Foundation's own start (a grant that came after the queue's start returned): what
+        /// `OperationQueue.current` would say there (see ``Relay/startingFor(_:_:)``).
+        @exclusivity(unchecked) var startsFor: ObjectIdentifier?
         /// The next step this thread starts once that start returns, and the queue it was launched on.
         @exclusivity(unchecked) var handedOn: (operation: AsyncOperation, queue: OperationQueue)?
         /// Deferred work; the last element runs next.
@@ -161,6 +165,20 @@ enum Relay {
             queue.enqueueHandedOn(baton)
         }
     }
+
+    /// Runs `body` (the start of an operation of `queue`, on `queue`'s dispatch queue, outside
+    /// Foundation's start) marked as running for `queue`: a blocking wait inside it that needs
+    /// `queue` is refused as it is inside Foundation's start (see `OperationQueue.deadlockReason`).
+    static func startingFor(_ queue: ObjectIdentifier, _ body: () -> Void) {
+        let local = Trampoline.LocalQueue.current
+        let outer = local.startsFor
+        local.startsFor = queue
+        body()
+        local.startsFor = outer
+    }
+
+    /// The queue this thread runs a start for outside Foundation's (see ``startingFor(_:_:)``).
+    static var startingFor: ObjectIdentifier? { Trampoline.LocalQueue.current.startsFor }
 
     /// Gives the step this thread holds to its queue: the thread is about to block, and what it waits
     /// for may be that step.

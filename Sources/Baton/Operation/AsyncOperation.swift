@@ -184,8 +184,11 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         // recorder's). The machine decides on them under the operation's lock, in one step.
         // The count of `addDependency` calls first: one that overlaps the reads below may record its
         // edge after they were made (see `State.dropsLateDependencies`).
-        let (policy, link, custody, hasDependencies, adds) = core.withLock {
-            ($0.policy, $0.recorderLink, $0.life.custody, $0.hasDependencies, $0.dependencyAdds)
+        let (policy, link, custody, hasDependencies, adds, gated) = core.withLock {
+            (
+                $0.policy, $0.recorderLink, $0.life.custody, $0.hasDependencies, $0.dependencyAdds,
+                $0.gate.map { !$0.admission.isPassed } ?? false
+            )
         }
         // Only the custody of a queue (Baton's, or Foundation's for an unclaimed operation) needs to
         // know who calls: reading it costs on every start.
@@ -217,9 +220,18 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         // and in a queue with a limit that slot may be the one the dependency (or the operations ahead
         // of a pending barrier) needs: there it runs now, as Foundation's own start would, and its
         // edges, the barrier's included, are removed when it finishes.
+        let byQueue = resuming || caller.foundation == .starting
         let unfinished =
-            !ready && (resuming || caller.foundation == .starting) && !super.isReady
-            && FoundationQueueState.queue(of: self)?.hasNoWidthLimit == true
+            !ready && byQueue && !super.isReady && FoundationQueueState.queue(of: self)?.hasNoWidthLimit == true
+        // Started by its queue before its gate opened: on the queue's dispatch queue, if it has one
+        // (where a grant that comes later starts it again), and holding one of the queue's workers
+        // unless the queue has no width limit and its start returns that dispatch queue to other work
+        // while it waits (see `OperationGate.claimsAtStart`).
+        var (startsOn, holdsWorker) = ((dispatch: DispatchQueue, queue: ObjectIdentifier)?.none, byQueue)
+        if gated, byQueue, let queue = FoundationQueueState.queue(of: self) {
+            startsOn = queue.underlyingQueue.map { ($0, ObjectIdentifier(queue)) }
+            holdsWorker = startsOn == nil || !queue.hasNoWidthLimit
+        }
 
         enum Decision {
             case refuse(Diagnostic.Kind)
@@ -247,7 +259,8 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
                 // gate starts it again once it opens.
                 // Started by its queue (now, or in a start put off until its dependencies finished),
                 // it holds one of the queue's workers while it waits.
-                return .admit(beginByStart(state.gate!, holdsWorker: resuming || caller.foundation == .starting))
+                state.gate!.startsOn = startsOn
+                return .admit(beginByStart(state.gate!, holdsWorker: holdsWorker))
             case .finishUnexecuted:
                 return .finish(state.takeOutcomeListeners(executed: false))
             case .announce(let notReady):
@@ -269,7 +282,8 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             // finding nothing parked: read the count again now that it is.
             if super.isReady { resumeParkedStart() } else { watchParkedQueueWidth() }
         case .admit(let action):
-            perform(action)
+            // Passed at once (granted, or refused): it goes on here, on the thread its queue started it on.
+            if perform(action, startsHere: true) { Trampoline.run { self.start() } }
         case .finish(let telling):
             tell(telling)
         case .announce(let announcement):
