@@ -6,6 +6,7 @@ static _Atomic(uint64_t) last_serial = 0;
 static _Atomic(void *) global_recorder_slot = NULL;
 static _Atomic(_Bool) queues_record = 0;
 static _Atomic(uint64_t) foundation_layout = 0;
+static _Atomic(uint64_t) foundation_queue_layout = 0;
 
 uint64_t baton_next_serial(void) {
     return atomic_fetch_add_explicit(&last_serial, 1, memory_order_relaxed) + 1;
@@ -33,6 +34,14 @@ uint64_t baton_foundation_layout(void) {
 
 void baton_publish_foundation_layout(uint64_t word) {
     atomic_store_explicit(&foundation_layout, word, memory_order_release);
+}
+
+uint64_t baton_foundation_queue_layout(void) {
+    return atomic_load_explicit(&foundation_queue_layout, memory_order_acquire);
+}
+
+void baton_publish_foundation_queue_layout(uint64_t word) {
+    atomic_store_explicit(&foundation_queue_layout, word, memory_order_release);
 }
 
 #if defined(__linux__)

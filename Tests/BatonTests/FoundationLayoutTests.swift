@@ -87,5 +87,36 @@ final class FoundationLayoutTests: BatonTestCase {
         XCTAssertEqual(wrong.value, [])
         XCTAssertEqual(baton_foundation_layout(), word)
     }
+
+    // MARK: - The queue's dispatch queue
+
+    /// Read from Foundation's record of the queue (no lock of the queue's), it says what the getter
+    /// says: none for a plain queue, the one set, and the main queue's.
+    func testAQueuesOwnDispatchQueueReadsAsTheGetterSays() throws {
+        let layout = try XCTUnwrap(FoundationQueueState.QueueLayout.shared, "Linux's Foundation keeps the record")
+        XCTAssertEqual(baton_foundation_queue_layout(), layout.word)
+        XCTAssertEqual(layout.word.flatMap(FoundationQueueState.QueueLayout.init(word:)), layout)
+        XCTAssertNotEqual(layout.dispatchOffset, layout.mainOffset)
+        let lane = DispatchQueue(label: "layout-tests.lane")
+        let own = OperationQueue()
+        own.underlyingQueue = lane
+        withExtendedLifetime(lane) {
+            XCTAssertNil(OperationQueue().ownDispatchQueue)
+            XCTAssertTrue(own.ownDispatchQueue === lane)
+            XCTAssertEqual(OperationQueue.main.ownDispatchQueue?.label, DispatchQueue.main.label)
+            // A queue holding operations cannot change it; one emptied again can, and reads the change.
+            own.underlyingQueue = nil
+            XCTAssertNil(own.ownDispatchQueue)
+        }
+    }
+
+    func testAQueueLayoutWordRoundTripsAndRefusesWhatItCannotHold() {
+        for offsets in [(0, 1), (32_767, 8), (16, 32_766)] {
+            let layout = FoundationQueueState.QueueLayout(dispatchOffset: offsets.0, mainOffset: offsets.1)
+            XCTAssertEqual(layout.word.flatMap(FoundationQueueState.QueueLayout.init(word:)), layout, "\(offsets)")
+        }
+        XCTAssertNil(FoundationQueueState.QueueLayout(dispatchOffset: 32_768, mainOffset: 0).word)
+        XCTAssertNil(FoundationQueueState.QueueLayout(word: FoundationQueueState.Layout.absent))
+    }
 }
 #endif

@@ -281,10 +281,9 @@ extension AsyncOperation {
             return action
         }
         if looks {
-            // Outside the operation's lock: the queue's dispatch queue is read under Foundation's lock
-            // of the queue (which Foundation never holds while it reads `isReady`).
+            // Outside the operation's lock: the queue's width is read under a lock of Foundation's.
             let queue = FoundationQueueState.queue(of: self)
-            let claimsAtStart = queue.map { $0.underlyingQueue != nil && $0.hasNoWidthLimit } ?? false
+            let claimsAtStart = queue.map { $0.ownDispatchQueue != nil && $0.hasNoWidthLimit } ?? false
             core.withLock { state in
                 if state.gate?.claimsAtStart == nil { state.gate?.claimsAtStart = claimsAtStart }
             }
@@ -338,7 +337,7 @@ extension AsyncOperation {
         // Nor where the queue runs its operations on a dispatch queue of its own: a serial one keeps
         // an added operation waiting behind the work ahead (there the categories are claimed at the
         // start, see ``gateAllowsStart(enqueued:dependencies:)``).
-        guard gated, !queue.isSuspended, queue.hasNoWidthLimit, queue.underlyingQueue == nil else { return .add }
+        guard gated, !queue.isSuspended, queue.hasNoWidthLimit, queue.ownDispatchQueue == nil else { return .add }
         // Read once: whether they have all finished, then what they say.
         let dependencies = hasDependencies || !Self.listsOnlyAddedDependencies ? self.dependencies : []
         guard dependencies.allSatisfy(\.isFinished) else { return .add }

@@ -229,7 +229,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         // while it waits (see `OperationGate.claimsAtStart`).
         var (startsOn, holdsWorker) = ((dispatch: DispatchQueue, queue: ObjectIdentifier)?.none, byQueue)
         if gated, byQueue, let queue = FoundationQueueState.queue(of: self) {
-            startsOn = queue.underlyingQueue.map { ($0, ObjectIdentifier(queue)) }
+            startsOn = queue.ownDispatchQueue.map { ($0, ObjectIdentifier(queue)) }
             holdsWorker = startsOn == nil || !queue.hasNoWidthLimit
         }
 

@@ -32,6 +32,13 @@ uint64_t baton_foundation_layout(void);
 /// looks computes the same word, so two that race both store it.
 void baton_publish_foundation_layout(uint64_t word);
 
+/// Where Foundation keeps a queue's dispatch queue, packed by Baton, or 0 while it has not been
+/// looked for (acquire): as `baton_foundation_layout`, for `OperationQueue`.
+uint64_t baton_foundation_queue_layout(void);
+
+/// Publishes `word` (release), as `baton_publish_foundation_layout`.
+void baton_publish_foundation_queue_layout(uint64_t word);
+
 #if defined(__linux__)
 /// Baton's lock on Linux: one 32-bit word, 0 (free), 1 (held) or 2 (held, and a thread may sleep on
 /// it). The fast paths are inline; a contended lock spins a moment, then sleeps on a futex.
