@@ -121,16 +121,7 @@ final class OwnDispatchQueueClaimTests: BatonTestCase {
         let (queue, lane) = queue(on: "own-dispatch.refuse")
         defer { withExtendedLifetime(lane) {} }
         let holder = try holding(x)
-        let said = Locked("not run")
-        let claimant = AsyncBlockOperation { operation in
-            do {
-                try ImmediateOperation(.success(1), name: "inner").run(on: queue, timeout: .seconds(60))
-                said.mutate { $0 = "ran" }
-            } catch {
-                said.mutate { $0 = "\(error)" }
-            }
-            operation.finish()
-        }
+        let (claimant, said) = runningInnerWorkBlocking(on: queue)
         try claimant.addExclusivity(x)
         queue.addOperation(claimant)
         XCTAssertTrue(

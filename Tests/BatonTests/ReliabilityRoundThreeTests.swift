@@ -303,16 +303,7 @@ final class ReliabilityRoundThreeTests: BatonTestCase {
         let underlying = DispatchQueue(label: "serial underlying")
         let queue = OperationQueue()
         queue.underlyingQueue = underlying
-        let said = Locked("not run")
-        let outer = AsyncBlockOperation { operation in
-            do {
-                try ImmediateOperation(.success(1), name: "inner").run(on: queue, timeout: .seconds(60))
-                said.mutate { $0 = "ran" }
-            } catch {
-                said.mutate { $0 = "\(error)" }
-            }
-            operation.finish()
-        }
+        let (outer, said) = runningInnerWorkBlocking(on: queue)
         _ = try withExtendedLifetime(underlying) { try outer.runToOutcome(on: queue) }
         XCTAssertTrue(said.value.contains("would deadlock"), said.value)
     }

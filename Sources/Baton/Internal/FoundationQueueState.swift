@@ -106,12 +106,10 @@ enum FoundationQueueState: Equatable {
         /// The layout, or `nil` where it cannot be found, published in `baton_foundation_queue_layout`
         /// (not a `static let`, for the reason ``Layout/shared`` gives).
         static var shared: QueueLayout? {
-            var word = baton_foundation_queue_layout()
-            if word == 0 {
-                word = find()?.word ?? Layout.absent
-                baton_publish_foundation_queue_layout(word)
-            }
-            return QueueLayout(word: word)
+            QueueLayout(
+                word: Layout.published(baton_foundation_queue_layout, baton_publish_foundation_queue_layout) {
+                    find()?.word
+                })
         }
 
         init(dispatchOffset: Int, mainOffset: Int) {
@@ -182,13 +180,21 @@ enum FoundationQueueState: Equatable {
         /// read it a thousand times from every worker, and the workers queued on that one lock for
         /// most of their time (a test of 1,000 gated operations took 20 s instead of 2).
         static var shared: Layout? {
-            var word = baton_foundation_layout()
+            Layout(word: published(baton_foundation_layout, baton_publish_foundation_layout) { find()?.word })
+        }
+
+        /// The word `read` returns, once `publish` has stored it: on the first read (0, nobody has
+        /// looked yet) it is looked for with `find` (``absent`` when not found) and published. Two first
+        /// reads at once both look: the probes are cheap and the word the same.
+        static func published(
+            _ read: () -> UInt64, _ publish: (UInt64) -> Void, find: () -> UInt64?
+        ) -> UInt64 {
+            var word = read()
             if word == 0 {
-                // Two first reads at once both look: the probes are cheap and the word the same.
-                word = find()?.word ?? Self.absent
-                baton_publish_foundation_layout(word)
+                word = find() ?? absent
+                publish(word)
             }
-            return Layout(word: word)
+            return word
         }
 
         init(queueOffset: Int, stateOffset: Int, dependenciesOffset: Int, lockOffset: Int) {

@@ -254,6 +254,22 @@ extension Operation {
     }
 }
 
+/// An operation that runs more work on `queue` with a blocking run (bounded at 60 s) from its
+/// `execute()`, then finishes; `said` tells what the run did: "ran", or the error it threw.
+func runningInnerWorkBlocking(on queue: OperationQueue) -> (AsyncBlockOperation, said: Locked<String>) {
+    let said = Locked("not run")
+    let outer = AsyncBlockOperation { operation in
+        do {
+            try ImmediateOperation(.success(1), name: "inner").run(on: queue, timeout: .seconds(60))
+            said.mutate { $0 = "ran" }
+        } catch {
+            said.mutate { $0 = "\(error)" }
+        }
+        operation.finish()
+    }
+    return (outer, said)
+}
+
 /// Polls `condition` until it holds or `timeout` runs out (for a release that a queue finishes on
 /// its own thread just after the operation has finished).
 func eventually(timeout: Double = testTimeout, _ condition: () -> Bool) -> Bool {
