@@ -131,6 +131,68 @@ final class OwnDispatchQueueClaimTests: BatonTestCase {
         XCTAssertTrue(said.value.contains("would deadlock"), said.value)
     }
 
+    /// A dependency added while a claimant waits at its start (its queue started it, its category held
+    /// elsewhere) is waited for: the grant gives the category back and the start waits for the
+    /// dependency, then asks again (the second review found it executed first).
+    func testADependencyAddedWhileAClaimantWaitsAtItsStartIsWaitedFor() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("own-dispatch-\(UUID())"))
+        let (queue, lane) = queue(on: "own-dispatch.late")
+        defer { withExtendedLifetime(lane) {} }
+        let holder = try holding(x)
+        let claimant = ManualOperation(name: "claimant")
+        try claimant.addExclusivity(x)
+        queue.addOperation(claimant)
+        XCTAssertTrue(eventually { claimant.gateWaitDescription() != nil }, "not waiting for x")
+        let dependency = ManualOperation(name: "dependency")
+        claimant.addDependency(dependency)
+        holder.finish(with: 0)
+        // The grant lands (and is given back) on the claimant's dispatch queue: a block queued there
+        // after it runs after it.
+        let landed = Gate()
+        XCTAssertTrue(eventually { claimant.gateWaitDescription() == nil }, "never granted")
+        lane.async { landed.open() }
+        landed.wait()
+        XCTAssertEqual(claimant.executions.value, 0, "executed before its dependency finished")
+        XCTAssertEqual(diagnostics.kinds(for: claimant), [])
+        OperationQueue().addOperation(dependency)
+        XCTAssertTrue(dependency.started.wait())
+        dependency.finish(with: 0)
+        XCTAssertTrue(claimant.started.wait(), "never executed once its dependency finished")
+        claimant.finish(with: 1)
+        waitFinished(claimant)
+        XCTAssertTrue(eventually { Gatekeeper.isIdle }, "something stays held")
+    }
+
+    /// A start by hand of a claimant its queue started, while it waits for its grant or once the
+    /// grant's start is on its way to the busy dispatch queue, is refused: it executes once, on its
+    /// dispatch queue (the second review saw it execute on the caller's thread, then `startedTwice`).
+    func testAStartByHandOfAClaimantItsQueueStartedIsRefused() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("own-dispatch-\(UUID())"))
+        let (queue, lane) = queue(on: "own-dispatch.hand")
+        defer { withExtendedLifetime(lane) {} }
+        let holder = try holding(x)
+        let ranOn = Locked<[String]>([])
+        let claimant = AsyncBlockOperation { [laneKey] operation in
+            ranOn.mutate { $0.append(DispatchQueue.getSpecific(key: laneKey) ?? "elsewhere") }
+            operation.finish()
+        }
+        try claimant.addExclusivity(x)
+        queue.addOperation(claimant)
+        XCTAssertTrue(eventually { claimant.gateWaitDescription() != nil }, "not waiting for x")
+        claimant.start()
+        XCTAssertEqual(diagnostics.kinds(for: claimant), [.startedWhileInQueue])
+        let unblock = DispatchSemaphore(value: 0)
+        lane.async { _ = unblock.wait(timeout: .now() + testTimeout) }
+        holder.finish(with: 0)
+        XCTAssertTrue(eventually { claimant.gateWaitDescription() == nil }, "never granted")
+        claimant.start()
+        unblock.signal()
+        waitFinished(claimant)
+        XCTAssertEqual(ranOn.value, ["own-dispatch.hand"])
+        XCTAssertEqual(diagnostics.kinds(for: claimant), [.startedWhileInQueue, .startedWhileInQueue])
+        XCTAssertTrue(eventually { Gatekeeper.isIdle }, "something stays held")
+    }
+
     /// Cancelled while it waits at its start, a claimant ends unexecuted, leaves the line, and the next
     /// one gets the category.
     func testAClaimantCancelledWhileItWaitsAtItsStartLeavesTheLine() throws {

@@ -233,6 +233,16 @@ struct Admission: Hashable {
         }
     }
 
+    /// A start its queue made, resumed once granted, finds a dependency that has not finished (one
+    /// added while it waited): it gives back what it holds and the gate closes, to begin anew (asking
+    /// for the categories only) once that dependency has finished. `true` when the gate was open.
+    mutating func returnForDependencies() -> Bool {
+        guard stage == .open else { return false }
+        stage = .closed
+        mustLookAgain = false
+        return true
+    }
+
     /// The operation was cancelled.
     mutating func cancel() -> Action {
         switch stage {

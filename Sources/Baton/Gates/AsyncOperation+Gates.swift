@@ -559,13 +559,23 @@ extension AsyncOperation {
                 defer { state.gate?.startsOn = nil }
                 return state.gate?.startsOn
             }
-            if let target {
-                target.dispatch.async { Relay.startingFor(target.queue) { self.start() } }
-            } else {
-                Trampoline.run { self.start() }
-            }
+            startAfterGate(on: target)
         }
         return false
+    }
+
+    /// The gate that held back a start has answered: a start its queue made is resumed (see
+    /// `Lifecycle.Parking.admitting`), one by hand is made again; on `target` (the queue's dispatch
+    /// queue, marked as that queue's) when given, else on this thread.
+    func startAfterGate(on target: (dispatch: DispatchQueue, queue: ObjectIdentifier)?) {
+        let resumes = core.withLock { $0.life.resumeAdmission() }
+        if let target {
+            target.dispatch.async {
+                Relay.startingFor(target.queue) { if resumes { self.begin(resuming: true) } else { self.start() } }
+            }
+        } else {
+            Trampoline.run { if resumes { self.begin(resuming: true) } else { self.start() } }
+        }
     }
 
     private func announceReady() {

@@ -179,7 +179,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
 
     /// `start()`, or (`resuming`) the start Baton resumes once a start its queue made too early has
     /// seen its dependencies finish (see `Lifecycle.StartAction.park`).
-    private func begin(resuming: Bool) {
+    func begin(resuming: Bool) {
         // Facts gathered before the lock: they read other locks (dependencies, Foundation's, the
         // recorder's). The machine decides on them under the operation's lock, in one step.
         // The count of `addDependency` calls first: one that overlaps the reads below may record its
@@ -240,15 +240,26 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             case admit(Admission.Action)
             case park
         }
+        var returned: [(UInt64, Gatekeeper.Waiter)] = []
         let decision: Decision = core.withLock { state in
             let skip = verdict ?? preflightFailure(state).map { SharedOutcome.failed($0) }
             var facts = Life.StartFacts(caller: caller, skip: skip, ready: ready)
             facts.admitted = state.gate?.admission.isPassed ?? true
             // Only while it holds no category: waiting, it would hold one while a dependency that may
             // need it runs. Then it runs now, as Foundation's start would, and its edges to unfinished
-            // dependencies are removed when it finishes.
+            // dependencies are removed when it finishes. A start its queue made that was granted its
+            // categories while a dependency was added gives them back first, and waits for it.
             facts.dependenciesUnfinished = unfinished && (state.gate?.held.isEmpty ?? true)
+            if unfinished, resuming, let gate = state.gate, !gate.held.isEmpty, state.life.isPending {
+                let lanes = gate.lanes
+                if gate.admission.returnForDependencies() {
+                    returned = Gatekeeper.giveBack(lanes, by: self)
+                    facts.dependenciesUnfinished = true
+                    facts.admitted = false
+                }
+            }
             facts.resumesPark = resuming
+            facts.byQueue = byQueue
             switch state.life.start(facts) {
             case .refuse(let kind):
                 return .refuse(kind)
@@ -274,6 +285,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             }
         }
 
+        if !returned.isEmpty { Gatekeeper.wake(returned) }
         switch decision {
         case .refuse(let kind):
             Diagnostics.report(kind, self)
@@ -283,7 +295,7 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
             if super.isReady { resumeParkedStart() } else { watchParkedQueueWidth() }
         case .admit(let action):
             // Passed at once (granted, or refused): it goes on here, on the thread its queue started it on.
-            if perform(action, startsHere: true) { Trampoline.run { self.start() } }
+            if perform(action, startsHere: true) { startAfterGate(on: nil) }
         case .finish(let telling):
             tell(telling)
         case .announce(let announcement):

@@ -101,8 +101,12 @@ struct Lifecycle<Result: LifecycleOutcome> {
         /// an unfinished dependency: Linux's queue started the operation on a stale readiness (see
         /// `StartAction.park`).
         var dependenciesUnfinished = false
-        /// The start that resumes a parked one, once its dependencies have finished (`resumePark`).
+        /// The start that resumes a parked one, once its dependencies have finished (`resumePark`),
+        /// or once its gate has answered (`resumeAdmission`).
         var resumesPark = false
+        /// The caller is the operation's queue (or the resumption of a start it made): a start held
+        /// back by the gate is parked (`Parking.admitting`), so that nobody else may start it meanwhile.
+        var byQueue = false
     }
 
     /// Where a queue's start that came too early stands (see `StartAction.park`).
@@ -111,7 +115,11 @@ struct Lifecycle<Result: LifecycleOutcome> {
         case none
         /// Its queue started it while a dependency was unfinished; it waits for that dependency.
         case parked
-        /// Its dependencies have finished: the start is on its way back (`resumesPark`).
+        /// Its queue started it before its gate opened, and the start returned: it waits for the gate,
+        /// whose answer resumes the start (`resumeAdmission`).
+        case admitting
+        /// Its dependencies have finished, or its gate has answered: the start is on its way back
+        /// (`resumesPark`).
         case resuming
     }
 
@@ -243,9 +251,10 @@ struct Lifecycle<Result: LifecycleOutcome> {
             return .finishUnexecuted
         }
         guard facts.admitted else {
-            // The caller was entitled to start it; the gate starts it again once it opens, from
-            // whichever thread opens it.
-            custody = .direct
+            // The caller was entitled to start it; the gate starts it again once it opens. A start by
+            // its queue is parked meanwhile (nobody else may start it, and the gate's answer resumes
+            // it where the queue would run it); one by hand is made again, from whichever thread opens it.
+            if facts.byQueue { parking = .admitting } else { custody = .direct }
             return .admit
         }
         phase = .starting
@@ -275,6 +284,15 @@ struct Lifecycle<Result: LifecycleOutcome> {
 
     /// Whether a queue's start is parked, waiting for the dependencies (see `StartAction.park`).
     var isParked: Bool { parking == .parked }
+
+    /// The gate of a start its queue made has answered (see `Parking.admitting`): `true` once, for the
+    /// caller that then starts it again with `resumesPark`; `false` for a start by hand (made again
+    /// as it was) or when it is no longer pending.
+    mutating func resumeAdmission() -> Bool {
+        guard parking == .admitting, case .pending = phase else { return false }
+        parking = .resuming
+        return true
+    }
 
     /// A parked start's dependencies have finished: `true` once, for the caller that then starts it
     /// again with `resumesPark`.
