@@ -69,6 +69,10 @@ final class LifecycleExplorationTests: XCTestCase {
         /// dependency. Later, that dependency finishes (`dependenciesFinished`, whose `isReady` read
         /// resumes the start), and the resumed start lands (`resumedStart`).
         case queueStartEarly
+        /// The queue starts the operation before its gate (conditions, categories) has opened: the
+        /// start waits for the gate (`admitting`). Later the gate answers (`gateAnswered`, which
+        /// resumes the start), and the resumed start lands (`resumedStart`), the gate then passed.
+        case queueStartGated, gateAnswered
         case dependenciesFinished, resumedStart
         case strangerStart(inFoundationQueue: Bool)
         case startAnnounced(timer: Bool)
@@ -90,6 +94,8 @@ final class LifecycleExplorationTests: XCTestCase {
             switch self {
             case .queueStart(let skip): return skip.map { "queueStart(skip: \($0))" } ?? "queueStart"
             case .queueStartEarly: return "queueStartEarly"
+            case .queueStartGated: return "queueStartGated"
+            case .gateAnswered: return "gateAnswered"
             case .dependenciesFinished: return "dependenciesFinished"
             case .resumedStart: return "resumedStart"
             case .strangerStart(let inQueue): return inQueue ? "strangerStart(in a Foundation queue)" : "strangerStart"
@@ -119,9 +125,13 @@ final class LifecycleExplorationTests: XCTestCase {
     func enabledEvents(_ world: World) -> [Event] {
         var events = [Event]()
         if world.queueStarts > 0 {
-            events += [.queueStart(skip: nil), .queueStart(skip: .failed), .queueStart(skip: .cancelled), .queueStartEarly]
+            events += [
+                .queueStart(skip: nil), .queueStart(skip: .failed), .queueStart(skip: .cancelled), .queueStartEarly,
+                .queueStartGated,
+            ]
         }
         if world.machine.isParked { events.append(.dependenciesFinished) }
+        if world.machine.parking == .admitting { events.append(.gateAnswered) }
         if world.resuming { events.append(.resumedStart) }
         if world.strangerStarts > 0 {
             events += [.strangerStart(inFoundationQueue: false), .strangerStart(inFoundationQueue: true)]
@@ -164,6 +174,16 @@ final class LifecycleExplorationTests: XCTestCase {
             var facts = Machine.StartFacts(caller: caller, skip: nil, ready: false)
             facts.dependenciesUnfinished = true
             try start(&next, facts)
+        case .queueStartGated:
+            next.queueStarts -= 1
+            let caller = Machine.Caller(queue: Self.queue.queue, isMainThread: false, foundation: .starting)
+            var facts = Machine.StartFacts(caller: caller, skip: nil, ready: true)
+            facts.admitted = false
+            facts.byQueue = true
+            try start(&next, facts)
+        case .gateAnswered:
+            if next.machine.resumeAdmission() { next.resuming = true }
+            if next.machine.resumeAdmission() { throw Violation(description: "a start held by its gate was resumed twice") }
         case .dependenciesFinished:
             if next.machine.resumePark() { next.resuming = true }
             // One resumption however many reads see the count reach zero.
@@ -296,11 +316,19 @@ final class LifecycleExplorationTests: XCTestCase {
 
     private func start(_ world: inout World, _ facts: Machine.StartFacts) throws {
         let custody = world.machine.custody
-        switch world.machine.start(facts) {
+        let parking = world.machine.parking
+        let action = world.machine.start(facts)
+        if parking != .none, !facts.resumesPark, action != .refuse(.startedWhileInQueue) {
+            throw Violation(description: "a start its queue put off was taken by another start (\(action))")
+        }
+        switch action {
         case .refuse:
             break
         case .admit:
-            throw Violation(description: "an operation with no gate was sent to its gate")
+            if facts.admitted { throw Violation(description: "an operation past its gate was sent to its gate") }
+            if facts.byQueue && world.machine.parking != .admitting {
+                throw Violation(description: "a start its queue made waits for its gate unparked")
+            }
         case .park:
             if !facts.dependenciesUnfinished { throw Violation(description: "parked with its dependencies finished") }
         case .finishUnexecuted:
@@ -427,6 +455,8 @@ final class LifecycleExplorationTests: XCTestCase {
                 event = .resumedStart
             } else if world.machine.isParked {
                 event = .dependenciesFinished
+            } else if world.machine.parking == .admitting {
+                event = .gateAnswered
             } else if world.machine.isPending {
                 if world.relayed {
                     event = .relayStart
