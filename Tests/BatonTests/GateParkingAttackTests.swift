@@ -63,14 +63,15 @@ final class GateParkingAttackTests: BatonTestCase {
         }
     }
 
-    /// The limit of a plain `OperationQueue`: Foundation does not say which queue holds an operation,
-    /// so a grant that arrives while the operation's plain queue is suspended is kept, and the
-    /// operation holds its category, parked, until the queue resumes (Conditions.md says so). Pinned:
-    /// the other claimant waits for it, and nothing is lost when the queue resumes.
-    func testAGrantWhileItsPlainQueueIsSuspendedIsKeptUntilTheQueueResumes() throws {
+    /// The limit of a queue with a width limit: a claimant there asks as the queue reads `isReady`,
+    /// and a grant that arrives while the queue is suspended is kept: the operation holds its
+    /// category, parked, until the queue resumes (Conditions.md says so). Pinned: the other claimant
+    /// waits for it, and nothing is lost when the queue resumes.
+    func testAGrantWhileItsWidthLimitedQueueIsSuspendedIsKeptUntilTheQueueResumes() throws {
         let x = OperationCategory("x", in: ExclusivityScope("attack-suspended-waiter"))
         let holder = try holding(x)
         let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 2
         let parked = ManualOperation(name: "parked")
         try parked.addExclusivity(x)
         queue.addOperation(parked)
@@ -89,6 +90,37 @@ final class GateParkingAttackTests: BatonTestCase {
         other.finish(with: 1)
         waitFinished(parked, timeout: testTimeout)
         waitFinished(other, timeout: testTimeout)
+    }
+
+    /// In a plain queue (no width limit) a claimant asks as its queue starts it, and a start that finds
+    /// the category held returns: the queue has started it, and a suspension after that holds it back
+    /// no more than it holds back any operation Foundation has started. The grant executes it at once,
+    /// suspended queue or not, so it never holds its category while it does not execute.
+    func testAGrantWhileItsPlainQueueIsSuspendedExecutesTheStartItsQueueMade() throws {
+        let x = OperationCategory("x", in: ExclusivityScope("attack-suspended-plain-\(UUID())"))
+        let holder = try holding(x)
+        let queue = OperationQueue()
+        let waiter = ManualOperation(name: "waiter")
+        try waiter.addExclusivity(x)
+        queue.addOperation(waiter)
+        XCTAssertTrue(eventually(timeout: testTimeout) { waiter.gateWaitDescription() != nil }, "never waited")
+        XCTAssertEqual(FoundationQueueState.isDispatched(waiter), true, "waits in its queue's list")
+        queue.isSuspended = true
+        // Added after the suspension: not started, so it asks for nothing until the queue resumes.
+        let later = ManualOperation(name: "later")
+        try later.addExclusivity(x)
+        queue.addOperation(later)
+        holder.finish(with: 0)
+        XCTAssertTrue(waiter.started.wait(timeout: testTimeout), "the grant did not execute it")
+        XCTAssertNil(later.gateWaitDescription(), "asked while its queue was suspended")
+        waiter.finish(with: 1)
+        waitFinished(waiter, timeout: testTimeout)
+        XCTAssertEqual(later.executions.value, 0)
+        queue.isSuspended = false
+        XCTAssertTrue(later.started.wait(timeout: testTimeout))
+        later.finish(with: 2)
+        waitFinished(later, timeout: testTimeout)
+        XCTAssertTrue(eventually(timeout: testTimeout) { Gatekeeper.isIdle }, "something stays held")
     }
 
     /// A group suspended while a child waits for X: as with a plain queue, a grant that arrives while
@@ -396,7 +428,7 @@ final class GateParkingAttackTests: BatonTestCase {
         XCTAssertTrue(eventually(timeout: testTimeout) { Gatekeeper.isIdle }, "something stays held")
     }
 
-    /// Granted while its plain queue is suspended (Foundation does not say which queue holds it, so it
+    /// Granted while its width-limited queue is suspended (Foundation does not say which queue holds it, so it
     /// keeps the grant), an operation holding X is given a dependency that claims X. Holding X while
     /// that dependency runs would deadlock (the dependency waits for X, the operation for the
     /// dependency): the grant is taken back at once, the dependency runs, and once the queue resumes
@@ -405,6 +437,9 @@ final class GateParkingAttackTests: BatonTestCase {
         let x = OperationCategory("x", in: ExclusivityScope("attack-revoke"))
         let holder = try holding(x)
         let queue = OperationQueue()
+        // With a width limit: there it asks as the queue reads `isReady`, and can be granted before
+        // its start (in a queue without one it asks as it starts).
+        queue.maxConcurrentOperationCount = 2
         let waiter = ManualOperation(name: "waiter")
         try waiter.addExclusivity(x)
         queue.addOperation(waiter)

@@ -55,9 +55,10 @@ final class QueuedClaimantOvertakeTests: BatonTestCase {
             dStarted.wait()
             eStarted.wait()
             serial.addOperation(s)
-            XCTAssertFalse(s.isReady, "S waits for y, which D holds")
+            // Asked for y: in its queue's read of `isReady` (width-limited), or as its queue started it.
+            XCTAssertTrue(eventually { s.gateWaitDescription() != nil }, "S does not wait for y, which D holds")
             p.addOperation(m)
-            XCTAssertFalse(m.isReady, "M waits for x, which E holds")
+            XCTAssertTrue(eventually { m.gateWaitDescription() != nil }, "M does not wait for x, which E holds")
             dRelease.open()
             waitFinished(d)
             if !eventually(timeout: 5, { s.isFinished }) {

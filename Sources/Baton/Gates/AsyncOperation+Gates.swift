@@ -19,11 +19,9 @@ final class OperationGate {
     @exclusivity(unchecked) var evaluation: Evaluation?
     /// The queue a Baton entry point holds it back from until the gate opens.
     @exclusivity(unchecked) var launchTarget: OperationQueue?
-    /// Whether the queue that holds it runs its operations on a dispatch queue of its own and has no
-    /// width limit: looked at once, the first time the queue reads `isReady` with the operation in
-    /// its list (Foundation refuses to change a queue's dispatch queue while it holds operations).
-    /// `nil`: not looked at yet. In such a queue the categories are claimed at the start (see
-    /// ``AsyncOperation/gateAllowsStart(enqueued:dependencies:)``).
+    /// Whether the queue that holds it has no width limit: looked at once, the first time the queue
+    /// reads `isReady` with the operation in its list. `nil`: not looked at yet. In such a queue the
+    /// categories are claimed at the start (see ``AsyncOperation/gateAllowsStart(enqueued:dependencies:)``).
     @exclusivity(unchecked) var claimsAtStart: Bool?
     /// The dispatch queue its queue's start ran on, and that queue, when the gate was begun there: a
     /// grant that comes later starts the operation there again, not on the granting thread.
@@ -259,11 +257,15 @@ extension AsyncOperation {
             else {
                 return Admission.Action.none
             }
-            // A queue that runs its operations on a dispatch queue of its own dispatches every one it
-            // finds ready, and a serial dispatch queue keeps it waiting there behind the work ahead:
-            // granted now, it would hold its categories while it waits (and the work ahead may wait
-            // for another claimant of them). There the categories are claimed as its start runs: the
-            // queue is told it is ready, and told again as a passed gate's is (a `false` stored late).
+            // A queue without a width limit dispatches every operation it finds ready. Granted now, a
+            // claimant would hold its categories until its start runs, and a serial dispatch queue of
+            // the queue's own keeps it waiting there behind the work ahead (which may wait for another
+            // claimant of them). Refused now, it would stay in the queue's list, which Linux's queue
+            // walks, re-reading every waiter, each time it is told of a readiness: many claimants of
+            // one category were quadratic (5 ms each at 10,000). There the categories are claimed as
+            // its start runs, and a start that finds one held returns (the queue no longer lists it):
+            // the queue is told it is ready, and told again as a passed gate's is (a `false` stored
+            // late).
             if enqueued == true, !gate.categories.isEmpty {
                 switch gate.claimsAtStart {
                 case nil:
@@ -283,7 +285,7 @@ extension AsyncOperation {
         if looks {
             // Outside the operation's lock: the queue's width is read under a lock of Foundation's.
             let queue = FoundationQueueState.queue(of: self)
-            let claimsAtStart = queue.map { $0.ownDispatchQueue != nil && $0.hasNoWidthLimit } ?? false
+            let claimsAtStart = queue?.hasNoWidthLimit ?? false
             core.withLock { state in
                 if state.gate?.claimsAtStart == nil { state.gate?.claimsAtStart = claimsAtStart }
             }
@@ -553,8 +555,9 @@ extension AsyncOperation {
             if let granted = enterQueuePassed(queue) { Gatekeeper.wake(granted) }
         case .start:
             if startsHere { return true }
-            // Where its queue's start ran, when that queue has a dispatch queue of its own (work meant
-            // for it, on the main queue's, say, never runs elsewhere); else on this thread.
+            // Where its queue's start ran: on that queue's dispatch queue, if it has one of its own (work
+            // meant for it, on the main queue's, say, never runs elsewhere), on a global one if it has
+            // none and no width limit; else on this thread.
             let target = core.withLock { state in
                 defer { state.gate?.startsOn = nil }
                 return state.gate?.startsOn

@@ -227,10 +227,17 @@ open class AsyncOperation: Operation, OutcomeReporting, @unchecked Sendable {
         // (where a grant that comes later starts it again), and holding one of the queue's workers
         // unless the queue has no width limit and its start returns that dispatch queue to other work
         // while it waits (see `OperationGate.claimsAtStart`).
+        // A queue without a width limit and without a dispatch queue of its own runs its operations on
+        // the global queues: a grant that comes later starts it there, marked as that queue's.
         var (startsOn, holdsWorker) = ((dispatch: DispatchQueue, queue: ObjectIdentifier)?.none, byQueue)
         if gated, byQueue, let queue = FoundationQueueState.queue(of: self) {
-            startsOn = queue.ownDispatchQueue.map { ($0, ObjectIdentifier(queue)) }
-            holdsWorker = startsOn == nil || !queue.hasNoWidthLimit
+            let unlimited = queue.hasNoWidthLimit
+            if let own = queue.ownDispatchQueue {
+                startsOn = (own, ObjectIdentifier(queue))
+            } else if unlimited {
+                startsOn = (DispatchQueue.global(qos: qualityOfService.dispatchClass), ObjectIdentifier(queue))
+            }
+            holdsWorker = !unlimited
         }
 
         enum Decision {
