@@ -49,6 +49,30 @@ final class HammeredClaimant: AsyncOperation, @unchecked Sendable {
     }
 }
 
+extension BatonTestCase {
+    /// The end of a hammer trial over claimants of one category: every one finishes, once, executes at
+    /// most once and never after a `cancel()` that returned first, never two of them executed at once,
+    /// none of `queues` still lists one, and nothing stays held.
+    func assertClaimantHammerTrialEnded(
+        _ claimants: [HammeredClaimant], meter: ConcurrencyMeter, violations: Locked<[String]>, queues: [OperationQueue] = [],
+        trial: Int, file: StaticString = #filePath, line: UInt = #line
+    ) {
+        for claimant in claimants { waitFinished(claimant, file: file, line: line) }
+        XCTAssertEqual(violations.value, [], "trial \(trial)", file: file, line: line)
+        XCTAssertLessThanOrEqual(meter.most, 1, "trial \(trial): two holders executed at once", file: file, line: line)
+        for claimant in claimants {
+            XCTAssertLessThanOrEqual(claimant.executions.value, 1, "trial \(trial): \(claimant.name!)", file: file, line: line)
+            // Its completion observers run one after the other: the count's may come after the wait's.
+            XCTAssertTrue(eventually { claimant.finishes.value > 0 }, "trial \(trial): \(claimant.name!)", file: file, line: line)
+            XCTAssertEqual(claimant.finishes.value, 1, "trial \(trial): \(claimant.name!) finished twice", file: file, line: line)
+        }
+        XCTAssertTrue(
+            eventually { queues.allSatisfy { $0.operationCount == 0 } }, "trial \(trial): a queue still lists one", file: file,
+            line: line)
+        XCTAssertTrue(eventually { Gatekeeper.isIdle }, "trial \(trial): something stays held", file: file, line: line)
+    }
+}
+
 final class GateAttackHammerTests: BatonTestCase {
     /// Gated operations in one plain queue (width 1 or unlimited) with barriers between them, a
     /// condition on some, suspension toggled, cancels from three threads and a cancelAllOperations at a

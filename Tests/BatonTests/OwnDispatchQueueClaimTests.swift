@@ -279,16 +279,8 @@ final class OwnDispatchQueueClaimTests: BatonTestCase {
             line.thread { for index in stride(from: 0, to: 9, by: 3) { claimants[index].cancelChecked() } }
             line.thread { for index in stride(from: 1, to: 9, by: 4) { claimants[index].cancelChecked() } }
             XCTAssertTrue(line.release(timeout: testTimeout), "trial \(trial): a thread never returned")
-            for claimant in claimants { waitFinished(claimant) }
-            XCTAssertEqual(violations.value, [], "trial \(trial)")
-            XCTAssertLessThanOrEqual(meter.most, 1, "trial \(trial): two holders of x executed at once")
-            for claimant in claimants {
-                XCTAssertLessThanOrEqual(claimant.executions.value, 1, "trial \(trial): \(claimant.name!)")
-                // Its completion observers run one after the other: the count's may come after the wait's.
-                XCTAssertTrue(eventually { claimant.finishes.value > 0 }, "trial \(trial): \(claimant.name!)")
-                XCTAssertEqual(claimant.finishes.value, 1, "trial \(trial): \(claimant.name!) finished twice")
-            }
-            XCTAssertTrue(eventually { Gatekeeper.isIdle }, "trial \(trial): something stays held")
+            assertClaimantHammerTrialEnded(
+                claimants, meter: meter, violations: violations, queues: queues + [plain], trial: trial)
             withExtendedLifetime(lanes) {}
         }
     }

@@ -192,16 +192,7 @@ final class PlainQueueClaimTests: BatonTestCase {
             line.thread { for index in stride(from: 1, to: 10, by: 4) { claimants[index].start() } }
             line.thread { for index in stride(from: 2, to: 10, by: 4) { claimants[index].cancelChecked() } }
             XCTAssertTrue(line.release(timeout: testTimeout), "trial \(trial): a thread never returned")
-            for claimant in claimants { waitFinished(claimant) }
-            XCTAssertEqual(violations.value, [], "trial \(trial)")
-            XCTAssertLessThanOrEqual(meter.most, 1, "trial \(trial): two holders of x executed at once")
-            for claimant in claimants {
-                XCTAssertLessThanOrEqual(claimant.executions.value, 1, "trial \(trial): \(claimant.name!)")
-                XCTAssertTrue(eventually { claimant.finishes.value > 0 }, "trial \(trial): \(claimant.name!)")
-                XCTAssertEqual(claimant.finishes.value, 1, "trial \(trial): \(claimant.name!) finished twice")
-            }
-            XCTAssertTrue(eventually { queues.allSatisfy { $0.operationCount == 0 } }, "trial \(trial): a queue still lists one")
-            XCTAssertTrue(eventually { Gatekeeper.isIdle }, "trial \(trial): something stays held")
+            assertClaimantHammerTrialEnded(claimants, meter: meter, violations: violations, queues: queues, trial: trial)
         }
     }
 }
