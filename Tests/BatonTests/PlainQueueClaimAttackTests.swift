@@ -6,16 +6,8 @@ import XCTest
 
 /// Stop 62's adversarial round on claims taken at the start in a plain `OperationQueue` (stop 61): a
 /// claimant whose start returned, waiting for its category, attacked along the shapes that start,
-/// finish, cancel or drop it from elsewhere.
-final class PlainQueueClaimAttackTests: BatonTestCase {
-    private func scope() -> ExclusivityScope { ExclusivityScope("plain-queue-attack-\(UUID())") }
-
-    private func waitingAtItsStart(_ operation: AsyncOperation, file: StaticString = #filePath, line: UInt = #line) {
-        XCTAssertTrue(
-            eventually { operation.gateWaitDescription() != nil && FoundationQueueState.isDispatched(operation) == true },
-            "not waiting at its start", file: file, line: line)
-    }
-
+/// finish, cancel or drop it from elsewhere. (An extension: it shares `PlainQueueClaimTests`' helpers.)
+extension PlainQueueClaimTests {
     /// Finished by hand while it waits at its start: as for any operation not started yet, the finish
     /// is kept until its start (`cancel()` is what ends a waiting operation at once). Its grant then
     /// finishes it with that result, once, without executing it, and hands the category on.
@@ -140,9 +132,10 @@ final class PlainQueueClaimAttackTests: BatonTestCase {
             }
             try operation.addExclusivity(x)
             queue.addOperation(operation)
+            // The order they ask in: a queue's starts of operations added together race.
+            waitingAtItsStart(operation)
             return operation
         }
-        for operation in before { waitingAtItsStart(operation) }
         queue.addBarrierBlock { order.append("barrier") }
         let after = AsyncBlockOperation { operation in
             order.append("after")

@@ -11,10 +11,10 @@ import XCTest
 /// announced: quadratic), and the grant executes it on a global queue, marked as its queue's. The
 /// rules of `OwnDispatchQueueClaimTests` hold here too.
 final class PlainQueueClaimTests: BatonTestCase {
-    private func scope() -> ExclusivityScope { ExclusivityScope("plain-queue-\(UUID())") }
+    func scope() -> ExclusivityScope { ExclusivityScope("plain-queue-\(UUID())") }
 
     /// Waiting at its start (its queue started it, the category held elsewhere).
-    private func waitingAtItsStart(_ operation: AsyncOperation, file: StaticString = #filePath, line: UInt = #line) {
+    func waitingAtItsStart(_ operation: AsyncOperation, file: StaticString = #filePath, line: UInt = #line) {
         XCTAssertTrue(
             eventually { operation.gateWaitDescription() != nil && FoundationQueueState.isDispatched(operation) == true },
             "not waiting at its start", file: file, line: line)
